@@ -1,0 +1,37 @@
+# The two commands: `make demo` and `make test`. Both create .venv when it is missing.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: demo test lint bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(VENV)/.demo-installed: $(PY) pyproject.toml
+	$(PY) -m pip install --quiet -e '.[demo]'
+	touch $@
+
+$(VENV)/.test-installed: $(PY) pyproject.toml
+	$(PY) -m pip install --quiet -e '.[test,demo]'
+	touch $@
+
+demo: $(VENV)/.demo-installed
+	$(PY) -m ray_ladder.demo
+
+# pytest exits 5 when it collects no test: that is a failure of the suite, say so.
+test: $(VENV)/.test-installed
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+lint: $(VENV)/.test-installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy ray_ladder
+
+bench: $(VENV)/.test-installed
+	for b in bench/*.py; do echo "== $$b"; $(PY) $$b; done
+
+clean:
+	rm -rf $(VENV) demo-out sim-out .pytest_cache

@@ -1,0 +1,66 @@
+"""ray-ladder: compute fallback ladders for Ray."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ray_ladder.constraints import Constraints
+from ray_ladder.context import RungContext
+from ray_ladder.events import TransitionEvent
+from ray_ladder.exceptions import (
+    Attempt,
+    ConfigError,
+    InvalidConstraintsError,
+    LadderError,
+    LadderExhaustedError,
+)
+from ray_ladder.selector import Decision, Selector
+from ray_ladder.spec import CacheSettings, Ladder, Policy, Rung, load_ladder
+
+__version__ = "0.1.0"
+
+# Parts that import Ray load on first use, so `import ray_ladder` stays Ray-free.
+_LAZY = {
+    "ladder_task": "ray_ladder.task",
+    "LadderTask": "ray_ladder.task",
+    "last_rung": "ray_ladder.task",
+    "CapacityView": "ray_ladder.capacity",
+}
+
+__all__ = sorted(
+    [
+        "Attempt",
+        "CacheSettings",
+        "CapacityView",
+        "ConfigError",
+        "Constraints",
+        "Decision",
+        "InvalidConstraintsError",
+        "Ladder",
+        "LadderError",
+        "LadderExhaustedError",
+        "LadderTask",
+        "Policy",
+        "Rung",
+        "RungContext",
+        "Selector",
+        "TransitionEvent",
+        "ladder_task",
+        "last_rung",
+        "load_ladder",
+    ]
+)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ray_ladder' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

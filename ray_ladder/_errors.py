@@ -1,0 +1,88 @@
+"""Turn pydantic validation errors into ConfigIssues that name the field and the fix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from ray_ladder.exceptions import ConfigIssue
+
+_VALID_KEYS = {
+    "ladder": "schema_version, name, description, rungs, policy",
+    "rungs": "name, kind, resources, num_gpus, num_cpus, accelerator_type, label_selector, "
+    "quality, cost_per_hour, tags, params, standby_replicas, cache",
+    "policy": "promotion_hysteresis, max_degraded_seconds, probe_interval_s, "
+    "pending_timeout_s, retry_after_s",
+    "cache": "max_entries, ttl_s",
+}
+
+_TYPE_FIXES = {
+    "int_type": "use a whole number",
+    "int_from_float": "use a whole number",
+    "float_type": "use a number",
+    "string_type": "use a string (quote it in YAML)",
+    "bool_type": "use true or false",
+    "dict_type": "use a mapping (key: value)",
+    "list_type": "use a list (- item)",
+    "model_type": "use a mapping (key: value)",
+    "missing": "add this field",
+    "string_pattern_mismatch": "use 1-63 lowercase letters, digits, '.', '_' or '-', "
+    "starting and ending with a letter or digit",
+    "too_short": "add at least one item",
+    "literal_error": "use one of the allowed values",
+}
+
+
+def _format_loc(loc: tuple[Any, ...], data: Any) -> str:
+    """('rungs', 2, 'quality') -> 'rungs[2] (l4).quality' (rung names help humans)."""
+    out = ""
+    node = data
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+            name = None
+            if isinstance(node, list) and 0 <= part < len(node) and isinstance(node[part], dict):
+                name = node[part].get("name")
+            if name is not None and out.startswith("rungs") and out.count("[") == 1:
+                out += f" ({name})"
+        else:
+            out += f".{part}" if out else str(part)
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            node = None
+    return out
+
+
+def _fix_for(err: dict[str, Any], loc: tuple[Any, ...]) -> str:
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        parents = [p for p in loc[:-1] if isinstance(p, str)]
+        parent = parents[-1] if parents else "ladder"
+        keys = _VALID_KEYS.get(parent, "")
+        return f"remove it or fix its spelling; valid keys here: {keys}" if keys else "remove it"
+    if kind.startswith(("greater_than", "less_than")):
+        return "use a value that is " + err["msg"].replace("Input should be ", "")
+    return _TYPE_FIXES.get(kind, "")
+
+
+def issues_from_validation_error(err: ValidationError, data: Any) -> list[ConfigIssue]:
+    """One :class:`ConfigIssue` per pydantic error, with path, value and fix."""
+    issues: list[ConfigIssue] = []
+    for e in err.errors(include_url=False):
+        loc = tuple(e["loc"])
+        ctx = e.get("ctx") or {}
+        if e["type"] == "ladder_rule":
+            sub = ctx.get("path", "")
+            path = _format_loc(loc, data)
+            if sub:
+                path = f"{path}.{sub}" if path else sub
+            issues.append(ConfigIssue(path, e["msg"], None, ctx.get("fix", "")))
+            continue
+        value = None if e["type"] == "missing" else e.get("input")
+        msg = e["msg"]
+        if e["type"] == "literal_error" and "expected" in ctx:
+            msg = f"must be one of {ctx['expected']}"
+        issues.append(ConfigIssue(_format_loc(loc, data), msg, value, _fix_for(e, loc)))
+    return issues

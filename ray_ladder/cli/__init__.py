@@ -1,0 +1,43 @@
+"""The ``ray-ladder`` command line (the only part of ray-ladder that prints)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+import click
+
+# name -> "module:attribute"; commands load on use so `ray-ladder validate` starts fast
+# and never imports Ray.
+_COMMANDS = {
+    "validate": "ray_ladder.cli.spec_cmds:validate",
+    "show": "ray_ladder.cli.spec_cmds:show",
+    "simulate": "ray_ladder.cli.simulate_cmd:simulate",
+    "node-resources": "ray_ladder.cli.node_cmd:node_resources",
+    "render": "ray_ladder.cli.render_cmd:render",
+    "autoscale": "ray_ladder.cli.autoscale_cmd:autoscale",
+}
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(
+            name for name, target in _COMMANDS.items()
+            if importlib.util.find_spec(target.split(":")[0]) is not None
+        )
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = _COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, attr = target.split(":")
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except ModuleNotFoundError:
+            return None
+
+
+@click.group(cls=_LazyGroup)
+@click.version_option(package_name="ray-ladder")
+def main() -> None:
+    """Compute fallback ladders for Ray."""

@@ -1,0 +1,73 @@
+"""Per-request constraints: which rungs a request or task may use."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from ray_ladder.spec import Rung
+
+
+class Constraints(BaseModel):
+    """Hard limits on the rungs a request or task may run on.
+
+    A constraint is a guarantee, not a preference: a rung that fails any of them is never
+    selected, also during retries. ``shed`` rungs produce no data and are always allowed;
+    a ``cache`` rung is allowed on cost and quality, and the cache itself only serves an
+    entry whose producing rung satisfied the same constraints.
+
+    Example:
+        >>> Constraints(jurisdiction="eu", max_cost_per_hour=10.0)
+        Constraints(jurisdiction='eu', max_cost_per_hour=10.0, min_quality=None, sites=None)
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    jurisdiction: str | None = Field(
+        None, description="Only rungs whose tags.jurisdiction equals this value (e.g. 'eu')."
+    )
+    max_cost_per_hour: float | None = Field(
+        None, ge=0, description="Only rungs with cost_per_hour <= this value."
+    )
+    min_quality: float | None = Field(
+        None, ge=0, le=1, description="Only rungs with quality >= this value."
+    )
+    sites: tuple[str, ...] | None = Field(
+        None, description="Only rungs whose tags.site is one of these (e.g. ('onprem',))."
+    )
+
+    def allows(self, rung: Rung) -> bool:
+        """Return whether ``rung`` satisfies every constraint.
+
+        Example:
+            >>> Constraints(min_quality=0.5).allows(Rung(name="cpu", num_cpus=1, quality=0.2))
+            False
+        """
+        if rung.kind == "shed":
+            return True
+        if self.max_cost_per_hour is not None and rung.cost_per_hour > self.max_cost_per_hour:
+            return False
+        if self.min_quality is not None and rung.quality < self.min_quality:
+            return False
+        if rung.kind == "cache":
+            # Residency and site are enforced per cached entry (its producing rung).
+            return True
+        if self.jurisdiction is not None and rung.tags.get("jurisdiction") != self.jurisdiction:
+            return False
+        return not (self.sites is not None and rung.tags.get("site") not in self.sites)
+
+    @property
+    def empty(self) -> bool:
+        """True when no constraint is set."""
+        return (
+            self.jurisdiction is None
+            and self.max_cost_per_hour is None
+            and self.min_quality is None
+            and self.sites is None
+        )
+
+    def key(self) -> tuple[object, ...]:
+        """A hashable key (used by caches keyed on constraints)."""
+        return (self.jurisdiction, self.max_cost_per_hour, self.min_quality, self.sites)

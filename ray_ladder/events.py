@@ -1,0 +1,47 @@
+"""Transition events: one JSON line per rung change."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+Direction = Literal["down", "up"]
+
+
+@dataclass(frozen=True, slots=True)
+class TransitionEvent:
+    """A ladder moved from one rung to another.
+
+    Attributes:
+        time: When (the clock the selector was given).
+        ladder: Ladder name.
+        from_rung: Rung before (``None`` on the first pick or after exhaustion).
+        to_rung: Rung after (``None`` when every eligible rung became unobtainable).
+        direction: ``"down"`` or ``"up"``.
+        reason: A human sentence.
+        kind: ``"transition"``, or ``"alert"`` for a ``max_degraded_seconds`` alert.
+
+    Example:
+        >>> TransitionEvent(12.0, "gpu", "h100", "a100", "down", "h100 unobtainable").to_json()
+        '{"time": 12.0, "ladder": "gpu", "from": "h100", "to": "a100", "direction": "down", "reason": "h100 unobtainable", "kind": "transition"}'
+    """
+
+    time: float
+    ladder: str
+    from_rung: str | None
+    to_rung: str | None
+    direction: Direction | None
+    reason: str
+    kind: str = "transition"
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready dict with ``from`` / ``to`` keys."""
+        d = asdict(self)
+        d["from"] = d.pop("from_rung")
+        d["to"] = d.pop("to_rung")
+        return {k: d[k] for k in ("time", "ladder", "from", "to", "direction", "reason", "kind")}
+
+    def to_json(self) -> str:
+        """One JSON line (no newline)."""
+        return json.dumps(self.to_dict())

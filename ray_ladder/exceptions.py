@@ -1,0 +1,122 @@
+"""Every error ray-ladder raises, in one place.
+
+Hierarchy::
+
+    LadderError                         root: catch this to catch everything ours
+    ├── ConfigError (also ValueError)    a ladder file or dict is invalid
+    ├── InvalidConstraintsError (also ValueError)
+    │                                    a request's constraints are malformed or unknown
+    └── LadderExhaustedError             every eligible rung was tried or unobtainable;
+                                         carries every attempt, like a failover history
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+class LadderError(Exception):
+    """Root of every error raised by ray-ladder."""
+
+
+@dataclass(frozen=True)
+class ConfigIssue:
+    """One problem found in a ladder definition.
+
+    Attributes:
+        path: Field path inside the document, e.g. ``rungs[2].quality``.
+        message: What is wrong.
+        value: The offending value (``None`` when the field is missing).
+        fix: How to fix it.
+    """
+
+    path: str
+    message: str
+    value: object = None
+    fix: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.path or '<root>'}: {self.message}"
+        if self.value is not None:
+            text += f" (got {self.value!r})"
+        if self.fix:
+            text += f". Fix: {self.fix}"
+        return text
+
+
+class ConfigError(LadderError, ValueError):
+    """A ladder definition is invalid.
+
+    The message names the source (file or ``<string>``), each field path, the bad value
+    and how to fix it.
+
+    Example:
+        >>> try:
+        ...     Ladder.from_dict({"name": "x", "rungs": []})
+        ... except ConfigError as err:
+        ...     print(err.issues[0].path)
+        rungs
+    """
+
+    def __init__(self, issues: Sequence[ConfigIssue], source: str = "<dict>") -> None:
+        self.issues: list[ConfigIssue] = list(issues)
+        self.source = source
+        lines = [f"invalid ladder in {source}:"] + [f"  - {issue}" for issue in self.issues]
+        super().__init__("\n".join(lines))
+
+
+class InvalidConstraintsError(LadderError, ValueError):
+    """Constraints that are malformed, or name a value no rung of the ladder knows.
+
+    HTTP callers turn it into a 400 answer.
+    """
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One try on one rung.
+
+    Attributes:
+        rung: Rung name (``None`` when no rung could even be chosen).
+        reason: Why this attempt did not produce the answer.
+        time: Wall-clock time (``time.time()``) of the attempt.
+    """
+
+    rung: str | None
+    reason: str
+    time: float = 0.0
+
+    def to_dict(self) -> dict[str, object]:
+        """Return a JSON-ready dict."""
+        return {"rung": self.rung, "reason": self.reason, "time": self.time}
+
+
+@dataclass
+class LadderExhaustedError(LadderError):
+    """Every eligible rung was tried or is unobtainable.
+
+    Attributes:
+        ladder: Ladder name.
+        attempts: Every attempt made, in order.
+        retry_after_s: A hint for when to try again.
+
+    Example:
+        >>> err = LadderExhaustedError("gpu", [Attempt("h100", "node died")])
+        >>> err.attempts[0].rung
+        'h100'
+    """
+
+    ladder: str
+    attempts: list[Attempt] = field(default_factory=list)
+    retry_after_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        tried = "; ".join(f"{a.rung or '-'}: {a.reason}" for a in self.attempts) or "none"
+        return f"ladder {self.ladder!r} exhausted after {len(self.attempts)} attempt(s): {tried}"
+
+    def __reduce__(self):  # keep it picklable across Ray workers
+        return (self.__class__, (self.ladder, self.attempts, self.retry_after_s))

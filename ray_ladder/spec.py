@@ -1,0 +1,373 @@
+"""The ladder spec: strict pydantic models for ladders, rungs and policies."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
+
+from ray_ladder._errors import issues_from_validation_error
+from ray_ladder.constraints import Constraints
+from ray_ladder.exceptions import ConfigError, ConfigIssue, InvalidConstraintsError
+
+SLUG_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
+RungKind = Literal["compute", "cache", "shed"]
+
+_STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+def _rule(path: str, message: str, value: object, fix: str) -> PydanticCustomError:
+    """A cross-field validation error that carries its own field path and fix."""
+    return PydanticCustomError(
+        "ladder_rule", message, {"path": path, "value": value, "fix": fix}
+    )
+
+
+class CacheSettings(BaseModel):
+    """Bounds of a ``cache`` rung's answer cache.
+
+    Example:
+        >>> CacheSettings(max_entries=1000, ttl_s=60)
+        CacheSettings(max_entries=1000, ttl_s=60.0)
+    """
+
+    model_config = _STRICT
+
+    max_entries: int = Field(1024, ge=1, description="Most answers kept (least recent dropped).")
+    ttl_s: float = Field(300.0, gt=0, description="Seconds an answer stays servable.")
+
+
+class Policy(BaseModel):
+    """How a ladder moves between rungs.
+
+    Example:
+        >>> Policy(promotion_hysteresis=3, max_degraded_seconds=600)
+        Policy(promotion_hysteresis=3, max_degraded_seconds=600.0, probe_interval_s=1.0, pending_timeout_s=10.0, retry_after_s=5.0)
+    """
+
+    model_config = _STRICT
+
+    promotion_hysteresis: int = Field(
+        1,
+        ge=1,
+        description="Consecutive observations a better rung must be seen obtainable "
+        "before the ladder climbs to it. Descent never waits.",
+    )
+    max_degraded_seconds: float | None = Field(
+        None,
+        gt=0,
+        description="Raise an alert (event + metric) once the ladder has been below its "
+        "best eligible rung this long in one episode. Moves nothing.",
+    )
+    probe_interval_s: float = Field(
+        1.0, gt=0, description="Seconds between capacity observations."
+    )
+    pending_timeout_s: float = Field(
+        10.0, gt=0, description="Seconds a task may wait unscheduled on a rung before falling."
+    )
+    retry_after_s: float = Field(
+        5.0, gt=0, description="Retry-After hint given by a shed rung or an exhausted ladder."
+    )
+
+
+class Rung(BaseModel):
+    """One execution target of a ladder.
+
+    ``compute`` rungs carry a Ray placement (custom ``resources``, ``num_gpus``,
+    ``num_cpus``, ``accelerator_type``, ``label_selector``); ``cache`` answers from recent
+    results; ``shed`` answers "try later".
+
+    Example:
+        >>> Rung(name="h100", resources={"ladder/h100": 1}, quality=1.0, cost_per_hour=12.3)
+        ... # doctest: +ELLIPSIS
+        Rung(name='h100', kind='compute', ...)
+    """
+
+    model_config = _STRICT
+
+    name: str = Field(
+        pattern=SLUG_PATTERN,
+        description="Unique name; lowercase letters, digits, '.', '_', '-' (Ray-resource safe).",
+    )
+    kind: RungKind = Field("compute", description="compute (default), cache or shed.")
+    resources: dict[str, float] = Field(
+        default_factory=dict, description="Ray custom resources, e.g. {'ladder/h100': 1}."
+    )
+    num_gpus: float | None = Field(None, ge=0, description="Ray num_gpus for this rung.")
+    num_cpus: float | None = Field(None, ge=0, description="Ray num_cpus for this rung.")
+    accelerator_type: str | None = Field(None, description="Ray accelerator_type, e.g. 'H100'.")
+    label_selector: dict[str, str] = Field(
+        default_factory=dict, description="Ray node label selector, e.g. {'ladder.rung': 'h100'}."
+    )
+    quality: float = Field(1.0, ge=0, le=1, description="Answer quality in 0..1.")
+    cost_per_hour: float = Field(0.0, ge=0, description="Cost of one placement per hour.")
+    tags: dict[str, str] = Field(
+        default_factory=dict,
+        description="Free tags; documented keys: site, jurisdiction, spot.",
+    )
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Handed to the rung's implementation: model name, quantization, batch size.",
+    )
+    standby_replicas: int | None = Field(
+        None,
+        ge=0,
+        description="Serve replicas kept warm while the rung is not in use "
+        "(default 1 for the top rung, 0 below).",
+    )
+    cache: CacheSettings | None = Field(None, description="Cache bounds (cache rungs only).")
+
+    @property
+    def is_compute(self) -> bool:
+        """True for rungs that run user code."""
+        return self.kind == "compute"
+
+    def placement(self) -> dict[str, Any]:
+        """Ray scheduling options for this rung (only the fields that are set).
+
+        Example:
+            >>> Rung(name="a100", resources={"ladder/a100": 1}, num_cpus=1).placement()
+            {'resources': {'ladder/a100': 1.0}, 'num_cpus': 1.0}
+        """
+        out: dict[str, Any] = {}
+        if self.resources:
+            out["resources"] = dict(self.resources)
+        for key in ("num_gpus", "num_cpus", "accelerator_type"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        if self.label_selector:
+            out["label_selector"] = dict(self.label_selector)
+        return out
+
+    @model_validator(mode="after")
+    def _check_kind_fields(self) -> Rung:
+        has_placement = bool(
+            self.resources
+            or self.num_gpus is not None
+            or self.num_cpus is not None
+            or self.accelerator_type
+            or self.label_selector
+        )
+        if self.kind == "compute" and not has_placement:
+            raise _rule(
+                "",
+                "compute rung {value} has no placement",
+                self.name,
+                "give it resources (e.g. {'ladder/h100': 1}), num_gpus, num_cpus, "
+                "accelerator_type or label_selector",
+            )
+        if self.kind != "compute" and has_placement:
+            raise _rule(
+                "kind",
+                "a {value} rung runs no code and takes no placement",
+                self.kind,
+                "remove resources/num_gpus/num_cpus/accelerator_type/label_selector",
+            )
+        if self.cache is not None and self.kind != "cache":
+            raise _rule("cache", "only a cache rung takes cache settings", self.kind,
+                        "remove 'cache' or set kind: cache")
+        if self.standby_replicas is not None and self.kind != "compute":
+            raise _rule("standby_replicas", "only compute rungs have replicas", self.kind,
+                        "remove standby_replicas")
+        for key, amount in self.resources.items():
+            if amount <= 0:
+                raise _rule(f"resources.{key}", "resource amounts must be > 0", amount,
+                            "use a positive amount, e.g. 1")
+        return self
+
+
+class Ladder(BaseModel):
+    """An ordered list of rungs, best first, and the policy that moves between them.
+
+    Example:
+        >>> ladder = Ladder.from_yaml('''
+        ... name: gpu
+        ... rungs:
+        ...   - {name: h100, resources: {ladder/h100: 1}}
+        ...   - {name: cpu, num_cpus: 1, quality: 0.5}
+        ...   - {name: shed, kind: shed, quality: 0}
+        ... ''')
+        >>> [r.name for r in ladder.rungs]
+        ['h100', 'cpu', 'shed']
+    """
+
+    model_config = _STRICT
+
+    schema_version: Literal[1] = Field(1, description="Spec version; only 1 exists.")
+    name: str = Field(pattern=SLUG_PATTERN, description="Ladder name (labels metrics/events).")
+    description: str = Field("", description="Free text.")
+    rungs: list[Rung] = Field(min_length=1, description="Rungs, best first.")
+    policy: Policy = Field(default_factory=Policy, description="How the ladder moves.")
+
+    @model_validator(mode="after")
+    def _check_rungs(self) -> Ladder:
+        seen: dict[str, int] = {}
+        for i, rung in enumerate(self.rungs):
+            if rung.name in seen:
+                raise _rule(f"rungs[{i}].name", "duplicate rung name {value} (also rungs[%d])"
+                            % seen[rung.name], rung.name, "give every rung a unique name")
+            seen[rung.name] = i
+        kinds = [r.kind for r in self.rungs]
+        if "compute" not in kinds:
+            raise _rule("rungs", "a ladder needs at least one compute rung", kinds,
+                        "add a rung with a placement, e.g. {name: cpu, num_cpus: 1}")
+        order = {"compute": 0, "cache": 1, "shed": 2}
+        for kind in ("cache", "shed"):
+            if kinds.count(kind) > 1:
+                i = [j for j, k in enumerate(kinds) if k == kind][1]
+                raise _rule(f"rungs[{i}].kind", "at most one {value} rung", kind,
+                            f"remove the extra {kind} rung")
+        for i in range(1, len(kinds)):
+            if order[kinds[i]] < order[kinds[i - 1]]:
+                raise _rule(
+                    f"rungs[{i}].kind",
+                    "rung {value} comes below a %s rung" % kinds[i - 1],
+                    f"{self.rungs[i].name} ({kinds[i]})",
+                    "order rungs compute..., then cache, then shed (the bottom)",
+                )
+        for i in range(1, len(self.rungs)):
+            above, below = self.rungs[i - 1], self.rungs[i]
+            if below.quality > above.quality:
+                raise _rule(
+                    f"rungs[{i}].quality",
+                    "quality must not increase going down: {value}",
+                    f"rungs[{i}].quality ({below.quality}) > rungs[{i - 1}].quality "
+                    f"({above.quality})",
+                    f"lower {below.name}'s quality or move it above {above.name}",
+                )
+        return self
+
+    # --- loading -------------------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<dict>") -> Ladder:
+        """Validate a plain dict; raises :class:`ConfigError` naming every problem."""
+        if not isinstance(data, dict):
+            raise ConfigError(
+                [ConfigIssue("", "a ladder must be a mapping", type(data).__name__,
+                             "start the document with 'name:' and 'rungs:'")],
+                source,
+            )
+        try:
+            return cls.model_validate(data)
+        except ValidationError as err:
+            raise ConfigError(issues_from_validation_error(err, data), source) from None
+
+    @classmethod
+    def from_yaml(cls, text: str, source: str = "<string>") -> Ladder:
+        """Parse and validate YAML (JSON is valid YAML too)."""
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "document"
+            raise ConfigError(
+                [ConfigIssue(where, f"not valid YAML: {getattr(err, 'problem', err)}",
+                             None, "fix the YAML syntax (indentation, quotes, colons)")],
+                source,
+            ) from None
+        return cls.from_dict(data, source)
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "<string>") -> Ladder:
+        """Parse and validate JSON."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ConfigError(
+                [ConfigIssue(f"line {err.lineno}, column {err.colno}",
+                             f"not valid JSON: {err.msg}", None, "fix the JSON syntax")],
+                source,
+            ) from None
+        return cls.from_dict(data, source)
+
+    def to_yaml(self) -> str:
+        """Dump to YAML that :meth:`from_yaml` reads back."""
+        return yaml.safe_dump(self.model_dump(mode="json", exclude_defaults=True),
+                              sort_keys=False)
+
+    # --- queries -------------------------------------------------------------------------
+
+    @property
+    def names(self) -> list[str]:
+        """Rung names, best first."""
+        return [r.name for r in self.rungs]
+
+    def rung(self, name: str) -> Rung:
+        """The rung called ``name``; ``KeyError`` listing the valid names otherwise."""
+        for r in self.rungs:
+            if r.name == name:
+                return r
+        raise KeyError(f"no rung {name!r} in ladder {self.name!r}; rungs: {self.names}")
+
+    def index(self, name: str) -> int:
+        """Position of rung ``name`` (0 is the best)."""
+        return self.names.index(name)
+
+    def eligible(self, constraints: Constraints | None = None) -> list[Rung]:
+        """Rungs a request with ``constraints`` may use, best first.
+
+        Example:
+            >>> ladder.eligible(Constraints(jurisdiction="eu"))  # doctest: +SKIP
+        """
+        if constraints is None or constraints.empty:
+            return list(self.rungs)
+        return [r for r in self.rungs if constraints.allows(r)]
+
+    def check_constraints(self, constraints: Constraints) -> None:
+        """Raise :class:`InvalidConstraintsError` for values no rung of this ladder knows.
+
+        A jurisdiction or site that no rung carries can never be satisfied: it is a
+        caller's mistake (HTTP 400), not a capacity problem (503).
+        """
+        if constraints.jurisdiction is not None:
+            known = sorted({r.tags["jurisdiction"] for r in self.rungs
+                            if "jurisdiction" in r.tags})
+            if constraints.jurisdiction not in known:
+                raise InvalidConstraintsError(
+                    f"unknown jurisdiction {constraints.jurisdiction!r} for ladder "
+                    f"{self.name!r}; known: {known}"
+                )
+        if constraints.sites is not None:
+            known = sorted({r.tags["site"] for r in self.rungs if "site" in r.tags})
+            unknown = [s for s in constraints.sites if s not in known]
+            if unknown:
+                raise InvalidConstraintsError(
+                    f"unknown site(s) {unknown} for ladder {self.name!r}; known: {known}"
+                )
+
+
+def load_ladder(path: str | Path) -> Ladder:
+    """Load a ladder from a YAML or JSON file.
+
+    Raises:
+        ConfigError: naming the file, each field path, the bad value and the fix.
+
+    Example:
+        >>> ladder = load_ladder("examples/ladders/gpu-serving.yaml")  # doctest: +SKIP
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(
+            [ConfigIssue("", f"cannot read file: {err.strerror}", str(p),
+                         "check the path")], str(p)
+        ) from None
+    if p.suffix.lower() == ".json":
+        return Ladder.from_json(text, source=str(p))
+    return Ladder.from_yaml(text, source=str(p))
+
+
+def as_ladder(ladder: Ladder | str | Path) -> Ladder:
+    """Accept a :class:`Ladder` or a path to its file."""
+    if isinstance(ladder, Ladder):
+        return ladder
+    if isinstance(ladder, (str, Path)):
+        return load_ladder(ladder)
+    raise TypeError(f"expected a Ladder or a path to a ladder file, got {type(ladder).__name__}")
