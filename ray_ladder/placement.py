@@ -1,0 +1,141 @@
+"""Pure placement arithmetic: how many placements of a rung fit on a set of nodes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ray_ladder.spec import Ladder, Rung
+
+# Ray adds this much of `accelerator_type:<T>` to a task that asks for accelerator_type=T.
+ACCELERATOR_TYPE_DEMAND = 0.001
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What the capacity view knows of one node (filled from Ray's GCS view).
+
+    Attributes:
+        node_id: Ray node id (hex).
+        alive: Whether the GCS considers the node alive.
+        total: Resources the node advertises.
+        available: Resources free right now.
+        labels: Node labels.
+    """
+
+    node_id: str
+    alive: bool
+    total: Mapping[str, float]
+    available: Mapping[str, float]
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+def demand(rung: Rung) -> dict[str, float]:
+    """The Ray resource demand of one placement of ``rung``.
+
+    A rung that names no CPU still needs no CPU: Ray tasks default to 1 CPU, but the
+    ladder's placement is what the rung says (callers add their own ``num_cpus``).
+
+    Example:
+        >>> demand(Rung(name="h100", resources={"ladder/h100": 1}, num_cpus=1))
+        {'ladder/h100': 1.0, 'CPU': 1.0}
+    """
+    need = dict(rung.resources)
+    if rung.num_cpus:
+        need["CPU"] = need.get("CPU", 0.0) + rung.num_cpus
+    if rung.num_gpus:
+        need["GPU"] = need.get("GPU", 0.0) + rung.num_gpus
+    if rung.accelerator_type:
+        key = f"accelerator_type:{rung.accelerator_type}"
+        need[key] = need.get(key, 0.0) + ACCELERATOR_TYPE_DEMAND
+    return need
+
+
+def label_matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    """Ray 2.60 label-selector semantics: ``v``, ``!v``, ``in(a,b)``, ``!in(a,b)``.
+
+    Example:
+        >>> label_matches({"zone": "in(a,b)"}, {"zone": "b"})
+        True
+    """
+    for key, expr in selector.items():
+        value = labels.get(key)
+        expr = expr.strip()
+        negate = expr.startswith("!")
+        if negate:
+            expr = expr[1:].strip()
+        if expr.startswith("in(") and expr.endswith(")"):
+            options = {v.strip() for v in expr[3:-1].split(",")}
+            hit = value in options
+        else:
+            hit = value == expr
+        if hit == negate:
+            return False
+    return True
+
+
+def fits(need: Mapping[str, float], resources: Mapping[str, float]) -> int:
+    """How many copies of ``need`` fit in ``resources`` (0 when any key is short)."""
+    if not need:
+        return 0
+    count = math.inf
+    for key, amount in need.items():
+        have = resources.get(key, 0.0)
+        if amount <= 0:
+            continue
+        count = min(count, math.floor(have / amount + 1e-9))
+        if count == 0:
+            return 0
+    return 0 if count == math.inf else int(count)
+
+
+@dataclass(frozen=True)
+class RungCapacity:
+    """Capacity of one rung.
+
+    Attributes:
+        total: Placements that fit on alive nodes when they are empty (0: absent).
+        available: Placements that fit right now (0 with total > 0: busy).
+        obtainable: Whether the rung can be had now (see :func:`rung_capacity`).
+    """
+
+    total: int
+    available: int
+    obtainable: bool
+
+    @property
+    def state(self) -> str:
+        """``"absent"``, ``"busy"`` or ``"free"``."""
+        if self.total == 0:
+            return "absent"
+        return "busy" if self.available == 0 else "free"
+
+
+def rung_capacity(rung: Rung, nodes: Iterable[NodeState], *,
+                  require_available: bool = False) -> RungCapacity:
+    """Capacity of ``rung`` on ``nodes``.
+
+    ``cache`` and ``shed`` rungs are always obtainable. A compute rung is obtainable when
+    an alive node can host it (``total > 0``: the task queues briefly if the node is busy),
+    or, with ``require_available``, only when one is free right now.
+    """
+    if not rung.is_compute:
+        return RungCapacity(0, 0, True)
+    need = demand(rung)
+    total = available = 0
+    for node in nodes:
+        if not node.alive or not label_matches(rung.label_selector, node.labels):
+            continue
+        total += fits(need, node.total)
+        available += fits(need, node.available)
+    ok = available > 0 if require_available else total > 0
+    return RungCapacity(total, available, ok)
+
+
+def ladder_capacity(ladder: Ladder, nodes: Iterable[NodeState], *,
+                    require_available: bool = False) -> dict[str, RungCapacity]:
+    """Capacity of every rung of ``ladder`` (pure; the capacity view feeds it Ray state)."""
+    node_list = list(nodes)
+    return {r.name: rung_capacity(r, node_list, require_available=require_available)
+            for r in ladder.rungs}

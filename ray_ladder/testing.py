@@ -1,0 +1,273 @@
+"""LocalCluster: a real heterogeneous Ray cluster on one machine, for tests and demos."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ray_ladder.spec import Ladder, Rung
+
+logger = logging.getLogger(__name__)
+
+#: Health-check settings that notice a SIGKILLed node in about a second (default: ~14 s).
+FAST_HEALTH_CHECKS: dict[str, Any] = {
+    "health_check_initial_delay_ms": 0,
+    "health_check_period_ms": 500,
+    "health_check_timeout_ms": 500,
+    "health_check_failure_threshold": 2,
+}
+
+NODE_TYPE_LABEL = "ladder.node-type"
+HEAD_TYPE = "head"
+
+
+@dataclass(frozen=True)
+class NodeType:
+    """What one kind of node advertises.
+
+    Attributes:
+        num_cpus: Logical CPUs (tasks only count them; the machine's cores are shared).
+        num_gpus: Logical GPUs (no real GPU needed: Ray just counts them).
+        resources: Custom resources, e.g. ``{"ladder/h100": 1}``.
+        labels: Node labels, e.g. ``{"ladder.accelerator": "h100"}``.
+        object_store_memory: Bytes of object store for the node.
+    """
+
+    num_cpus: float = 1
+    num_gpus: float = 0
+    resources: Mapping[str, float] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    object_store_memory: int = 80 * 2**20
+
+    @classmethod
+    def coerce(cls, value: NodeType | Mapping[str, Any]) -> NodeType:
+        """Accept a NodeType or a dict of its fields (unknown keys name the valid ones)."""
+        if isinstance(value, NodeType):
+            return value
+        valid = set(cls.__dataclass_fields__)
+        unknown = set(value) - valid
+        if unknown:
+            raise ValueError(f"unknown node type key(s) {sorted(unknown)}; valid: {sorted(valid)}")
+        return cls(**value)
+
+
+@dataclass(eq=False)
+class NodeHandle:
+    """A node started by :class:`LocalCluster`.
+
+    Attributes:
+        type: Its node type name.
+        node_id: Ray node id (hex).
+    """
+
+    type: str
+    node_id: str
+    _node: Any = field(repr=False)
+    alive: bool = True
+
+
+def node_type_for_rung(rung: Rung, num_cpus: float = 1) -> NodeType | None:
+    """The node type that makes ``rung`` obtainable, or None when the head already does.
+
+    Custom resources, GPUs and ``accelerator_type`` become advertised resources; equality
+    terms of the label selector become labels (``in(a,b)`` takes ``a``; negations are
+    left out). A rung that asks only for CPUs runs on the head and needs no node type.
+    """
+    if not rung.is_compute:
+        return None
+    resources = {k: max(v, 1.0) for k, v in rung.resources.items()}
+    if rung.accelerator_type:
+        resources[f"accelerator_type:{rung.accelerator_type}"] = 1.0
+    labels: dict[str, str] = {}
+    for key, expr in rung.label_selector.items():
+        expr = expr.strip()
+        if expr.startswith("!"):
+            continue
+        if expr.startswith("in(") and expr.endswith(")"):
+            expr = expr[3:-1].split(",")[0].strip()
+        labels[key] = expr
+    if not resources and not rung.num_gpus and not labels:
+        return None
+    labels["ladder.rung"] = rung.name
+    return NodeType(
+        num_cpus=max(num_cpus, rung.num_cpus or 0),
+        num_gpus=rung.num_gpus or 0,
+        resources=resources,
+        labels=labels,
+    )
+
+
+class LocalCluster:
+    """A real multi-node Ray cluster on this machine, built from named node types.
+
+    Each node is a real raylet (``ray.cluster_utils.Cluster``). Removing a node without
+    ``graceful`` is a SIGKILL of its processes: a preemption. Health checks are fast so a
+    killed node is noticed within about a second. It starts and stops only its own
+    processes (never ``ray stop``). Every node carries the label ``ladder.node-type``;
+    the head's is ``head`` (pin routers there with ``label_selector``).
+
+    Args:
+        node_types: Name -> :class:`NodeType` (or a dict of its fields).
+        initial: Name -> how many nodes to start with (default: one of each type).
+        head: The head node's type (default: 2 logical CPUs, no custom resources).
+        connect: Call ``ray.init(address=...)`` so this process is the driver.
+        system_config: Extra ``_system_config`` for the head (merged over fast checks).
+        namespace: Ray namespace for the driver.
+
+    Example:
+        >>> with LocalCluster({"h100": {"resources": {"ladder/h100": 1}}}) as cluster:
+        ...     node = cluster.nodes("h100")[0]
+        ...     cluster.remove_node(node)             # preemption
+        ...     node = cluster.add_node("h100")       # capacity returns
+    """
+
+    def __init__(
+        self,
+        node_types: Mapping[str, NodeType | Mapping[str, Any]],
+        *,
+        initial: Mapping[str, int] | None = None,
+        head: NodeType | Mapping[str, Any] | None = None,
+        connect: bool = True,
+        system_config: Mapping[str, Any] | None = None,
+        namespace: str | None = None,
+    ) -> None:
+        self.node_types = {name: NodeType.coerce(t) for name, t in node_types.items()}
+        if HEAD_TYPE in self.node_types:
+            raise ValueError(f"node type name {HEAD_TYPE!r} is reserved for the head node")
+        self.initial = dict(initial) if initial is not None else dict.fromkeys(self.node_types, 1)
+        unknown = set(self.initial) - set(self.node_types)
+        if unknown:
+            raise ValueError(f"initial names unknown node types {sorted(unknown)}; "
+                             f"known: {sorted(self.node_types)}")
+        self.head_type = NodeType.coerce(head) if head is not None else NodeType(
+            num_cpus=2, object_store_memory=150 * 2**20)
+        self.connect = connect
+        self.system_config = {**FAST_HEALTH_CHECKS, **(system_config or {})}
+        self.namespace = namespace
+        self._cluster: Any = None
+        self._nodes: list[NodeHandle] = []
+        self.head: NodeHandle | None = None
+
+    @classmethod
+    def from_ladder(cls, ladder: Ladder, *, nodes_per_rung: int = 1, num_cpus: float = 1,
+                    **kwargs: Any) -> LocalCluster:
+        """One node type per compute rung (named after it); CPU-only rungs use the head.
+
+        Example:
+            >>> cluster = LocalCluster.from_ladder(load_ladder("gpu.yaml"))  # doctest: +SKIP
+        """
+        types = {}
+        for rung in ladder.rungs:
+            t = node_type_for_rung(rung, num_cpus=num_cpus)
+            if t is not None:
+                types[rung.name] = t
+        kwargs.setdefault("initial", dict.fromkeys(types, nodes_per_rung))
+        return cls(types, **kwargs)
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        """The GCS address (``ray.init(address=...)``)."""
+        if self._cluster is None:
+            raise RuntimeError("LocalCluster is not started")
+        return self._cluster.address
+
+    def start(self) -> LocalCluster:
+        """Start the head and the initial nodes; connect the driver if asked."""
+        from ray.cluster_utils import Cluster
+
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        head = self.head_type
+        self._cluster = Cluster(
+            initialize_head=True,
+            connect=False,
+            head_node_args={
+                "num_cpus": head.num_cpus,
+                "num_gpus": head.num_gpus,
+                "resources": dict(head.resources),
+                "labels": {NODE_TYPE_LABEL: HEAD_TYPE, **head.labels},
+                "object_store_memory": head.object_store_memory,
+                "include_dashboard": False,
+                "_system_config": self.system_config,
+            },
+        )
+        node = self._cluster.head_node
+        self.head = NodeHandle(HEAD_TYPE, node.node_id, node)
+        try:
+            for name, count in self.initial.items():
+                for _ in range(count):
+                    self.add_node(name, wait=False)
+            self._cluster.wait_for_nodes()
+            if self.connect:
+                import ray
+
+                ray.init(address=self.address, namespace=self.namespace,
+                         logging_level=logging.WARNING, log_to_driver=True)
+        except BaseException:
+            self.shutdown()
+            raise
+        return self
+
+    def shutdown(self) -> None:
+        """Disconnect the driver (if this cluster connected it) and stop every node."""
+        if self._cluster is None:
+            return
+        import ray
+
+        if self.connect and ray.is_initialized():
+            ray.shutdown()
+        self._cluster.shutdown()
+        self._cluster = None
+        for handle in self._nodes:
+            handle.alive = False
+        self._nodes.clear()
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # --- nodes -------------------------------------------------------------------------
+
+    def add_node(self, type: str, *, wait: bool = True) -> NodeHandle:
+        """Start one node of ``type`` (capacity returning). Main thread only (Ray's rule)."""
+        if self._cluster is None:
+            raise RuntimeError("LocalCluster is not started")
+        try:
+            t = self.node_types[type]
+        except KeyError:
+            raise ValueError(f"unknown node type {type!r}; known: {sorted(self.node_types)}"
+                             ) from None
+        node = self._cluster.add_node(
+            wait=wait,
+            num_cpus=t.num_cpus,
+            num_gpus=t.num_gpus,
+            resources=dict(t.resources),
+            labels={NODE_TYPE_LABEL: type, **t.labels},
+            object_store_memory=t.object_store_memory,
+            include_dashboard=False,
+        )
+        handle = NodeHandle(type, node.node_id, node)
+        self._nodes.append(handle)
+        return handle
+
+    def remove_node(self, handle: NodeHandle, graceful: bool = False) -> None:
+        """Stop a node; ``graceful=False`` SIGKILLs its processes (a preemption)."""
+        if self._cluster is None:
+            raise RuntimeError("LocalCluster is not started")
+        if handle is self.head:
+            raise ValueError("the head node cannot be removed (the driver is connected to it)")
+        if not handle.alive:
+            raise ValueError(f"node {handle.node_id[:8]} ({handle.type}) is already removed")
+        self._cluster.remove_node(handle._node, allow_graceful=graceful)
+        handle.alive = False
+        self._nodes.remove(handle)
+
+    def nodes(self, type: str | None = None) -> list[NodeHandle]:
+        """Alive worker nodes started here, optionally of one type."""
+        return [h for h in self._nodes if type is None or h.type == type]
