@@ -271,3 +271,40 @@ class LocalCluster:
     def nodes(self, type: str | None = None) -> list[NodeHandle]:
         """Alive worker nodes started here, optionally of one type."""
         return [h for h in self._nodes if type is None or h.type == type]
+
+
+def wait_until(condition: Any, timeout_s: float = 30.0, interval_s: float = 0.05,
+               message: str = "") -> Any:
+    """Poll ``condition()`` until it returns a truthy value; return that value.
+
+    Raises ``TimeoutError`` (with ``message`` and the last exception, if any) after
+    ``timeout_s``. Use it instead of sleeps in tests.
+
+    Example:
+        >>> wait_until(lambda: True)
+        True
+    """
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    last_error: BaseException | None = None
+    while True:
+        try:
+            value = condition()
+            if value:
+                return value
+        except Exception as err:  # keep polling; report the last one on timeout
+            last_error = err
+        if time.monotonic() >= deadline:
+            detail = f" (last error: {last_error!r})" if last_error else ""
+            raise TimeoutError(f"condition not met within {timeout_s}s: {message}{detail}")
+        time.sleep(interval_s)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now (for Serve's HTTP proxy in tests)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
