@@ -1,0 +1,171 @@
+"""`ray-ladder simulate`: replay capacity traces through the ladder's selector."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ray_ladder.simulate.api import simulate as run_simulation
+from ray_ladder.simulate.report import PolicyReport, SimulationReport
+from ray_ladder.simulate.specs import SPEC_FORMS, parse_duration, parse_trace_arg
+from ray_ladder.spec import load_ladder
+
+_TRACE_HELP = (
+    "RUNG=SPEC, repeatable. SPEC: " + " | ".join(SPEC_FORMS)
+    + ". Durations take s, m, h, d or w. Rungs without a trace are always obtainable."
+)
+
+
+def fmt_s(seconds: float) -> str:
+    """Seconds as a short human duration: 45s, 12m, 3h05m, 2d04h."""
+    s = round(seconds)
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m{s % 60:02d}s" if s % 60 else f"{s // 60}m"
+    if s < 172800:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def rung_table(report: SimulationReport) -> Table:
+    """Rungs with their trace, obtainable fraction, warmth, quality and cost."""
+    table = Table(title=f"ladder {report.ladder}: {report.ticks} ticks of "
+                        f"{report.tick_s:g} s ({fmt_s(report.duration_s)})")
+    for col in ("rung", "kind", "trace", "obtainable", "warm", "quality", "cost/h"):
+        table.add_column(col, no_wrap=col != "trace", overflow="fold")
+    for r in report.rungs:
+        source = str(r["trace"])
+        if "/" in source or "\\" in source:
+            source = Path(source).name  # the folder is on the command line already
+        table.add_row(r["name"], r["kind"], source, _pct(r["obtainable_fraction"]),
+                      "yes" if r["warm"] else "no", f"{r['quality']:g}",
+                      f"{r['cost_per_hour']:g}")
+    return table
+
+
+def policy_table(report: SimulationReport) -> Table:
+    """One column per policy (and the oracle), one row per figure."""
+    columns: list[tuple[str, PolicyReport]] = [
+        (f"h={p.hysteresis}\n{fmt_s(p.hysteresis_s)}", p) for p in report.policies
+    ]
+    columns.append(("oracle", report.oracle))
+    table = Table(title="policies (oracle: hysteresis 1, no switching cost)")
+    table.add_column("", no_wrap=True)
+    for title, _ in columns:
+        table.add_column(title, justify="right")
+    rows: list[tuple[str, list[str]]] = []
+    for name in report.policies[0].rung_fraction:
+        rows.append((f"on {name}", [_pct(p.rung_fraction[name]) for _, p in columns]))
+    rows += [
+        ("nothing served", [_pct(p.unserved_fraction) for _, p in columns]),
+        ("falls", [str(p.falls) for _, p in columns]),
+        ("climbs", [str(p.climbs) for _, p in columns]),
+        ("  abandoned", [str(p.climbs_abandoned) for _, p in columns]),
+        ("climbs/day", [f"{p.climbs_per_day:.2f}" for _, p in columns]),
+        ("degraded", [fmt_s(p.degraded_s_total) for _, p in columns]),
+        ("  episodes", [str(p.degraded_episodes) for _, p in columns]),
+        ("  longest", [fmt_s(p.degraded_longest_s) for _, p in columns]),
+        ("  p95 episode", [fmt_s(p.degraded_p95_episode_s) for _, p in columns]),
+        ("alerts", [str(p.alerts) for _, p in columns]),
+        ("quality x avail", [f"{p.quality_weighted_availability:.4f}" for _, p in columns]),
+        ("cost", [f"{p.cost:,.0f}" for _, p in columns]),
+        ("  vs always top", [_pct(p.cost_vs_top) for _, p in columns]),
+        ("  vs oracle", [_pct(p.cost_vs_oracle) for _, p in columns]),
+    ]
+    for label, cells in rows:
+        table.add_row(label, *cells)
+    return table
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--hysteresis {text!r}: expected integers like 1,2,3,5,10") from None
+
+
+@click.command()
+@click.argument("ladder_file", metavar="LADDER.yaml", type=click.Path(dir_okay=False))
+@click.option("--trace", "trace_args", multiple=True, metavar="RUNG=SPEC", help=_TRACE_HELP)
+@click.option("--hysteresis", default=None, metavar="H[,H...]",
+              help="Promotion hysteresis values to compare, in ticks (default: the ladder's).")
+@click.option("--tick", default=None, metavar="DUR",
+              help="Seconds between observations (default: the finest trace gap, else 60).")
+@click.option("--duration", default=None, metavar="DUR",
+              help="Seconds to replay (default: the shortest file trace; needed when every "
+                   "trace is generated).")
+@click.option("--promotion-delay", default="0", metavar="DUR", show_default=True,
+              help="Seconds from a climb decision until the new rung serves (GKE: 341).")
+@click.option("--demotion-delay", default="0", metavar="DUR", show_default=True,
+              help="Cold-start seconds after a fall onto a rung that is not warm.")
+@click.option("--warm", default=None, metavar="RUNG[,RUNG...]|none",
+              help="Compute rungs with warm standby (default: rungs with standby_replicas).")
+@click.option("--json", "json_out", default=None, type=click.Path(dir_okay=False),
+              help="Write the JSON report here.")
+@click.option("--plot", "plot_out", default=None, type=click.Path(dir_okay=False),
+              help="Write a PNG here (rung over time, traces, trade-off).")
+def simulate(
+    ladder_file: str,
+    trace_args: tuple[str, ...],
+    hysteresis: str | None,
+    tick: str | None,
+    duration: str | None,
+    promotion_delay: str,
+    demotion_delay: str,
+    warm: str | None,
+    json_out: str | None,
+    plot_out: str | None,
+) -> None:
+    """Replay capacity traces through the ladder's selector and report per policy.
+
+    \b
+    Examples:
+      ray-ladder simulate ladder.yaml --trace h100=h100.json --hysteresis 1,2,3,5,10
+      ray-ladder simulate ladder.yaml --trace h100=markov:up=6h,down=1h,seed=1 \\
+          --trace a100=outage:2h-3h --duration 7d --tick 1m --promotion-delay 341
+    """
+    try:
+        ladder = load_ladder(ladder_file)
+        specs: dict[str, str] = {}
+        for arg in trace_args:
+            rung, spec = parse_trace_arg(arg)
+            if rung in specs:
+                raise ValueError(f"--trace {arg!r}: rung {rung!r} has a trace already")
+            specs[rung] = spec
+        warm_list = None
+        if warm is not None:
+            warm_list = [] if warm.strip() == "none" else [
+                w.strip() for w in warm.split(",") if w.strip()]
+        report = run_simulation(
+            ladder, specs,
+            hysteresis=None if hysteresis is None else _ints(hysteresis),
+            tick_s=None if tick is None else parse_duration(tick),
+            duration_s=None if duration is None else parse_duration(duration),
+            promotion_delay_s=parse_duration(promotion_delay),
+            demotion_delay_s=parse_duration(demotion_delay),
+            warm=warm_list,
+        )
+    except ValueError as err:  # ConfigError is a ValueError too
+        click.echo(f"error: {err}", err=True)
+        sys.exit(2)
+    console = Console()
+    console.print(rung_table(report))
+    console.print(policy_table(report))
+    if json_out:
+        path = Path(json_out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(report.to_json() + "\n", encoding="utf-8")
+        console.print(f"JSON report: {path}")
+    if plot_out:
+        from ray_ladder.simulate.plot import plot_report
+
+        console.print(f"plot: {plot_report(report, plot_out)}")

@@ -1,0 +1,43 @@
+"""Trace-replay simulator: what the ladder would have done over past or synthetic capacity.
+
+Pure core (no Ray, no matplotlib until a plot is asked for). Public API::
+
+    from ray_ladder.simulate import simulate, load_trace, markov_trace, outage_trace
+    report = simulate("ladder.yaml", {"h100": "h100.json"}, hysteresis=[1, 3, 10])
+"""
+
+from __future__ import annotations
+
+from ray_ladder.simulate.align import Timeline, align
+from ray_ladder.simulate.api import DEFAULT_TICK_S, default_warm, simulate
+from ray_ladder.simulate.replay import Replay, replay
+from ray_ladder.simulate.report import PolicyReport, SimulationReport
+from ray_ladder.simulate.specs import parse_duration, parse_trace_spec
+from ray_ladder.simulate.traces import (
+    Trace,
+    always_on,
+    load_trace,
+    markov_trace,
+    never_on,
+    outage_trace,
+)
+
+__all__ = [
+    "DEFAULT_TICK_S",
+    "PolicyReport",
+    "Replay",
+    "SimulationReport",
+    "Timeline",
+    "Trace",
+    "align",
+    "always_on",
+    "default_warm",
+    "load_trace",
+    "markov_trace",
+    "never_on",
+    "outage_trace",
+    "parse_duration",
+    "parse_trace_spec",
+    "replay",
+    "simulate",
+]

@@ -1,0 +1,71 @@
+"""Align traces of different gaps on one tick grid, as runs of identical observations."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ray_ladder.simulate.traces import Trace
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Every traced rung's availability on a common tick grid, run-length encoded.
+
+    Segment ``i`` covers ticks ``starts[i] .. starts[i + 1] - 1`` (the last one up to
+    ``ticks - 1``) and every tick in it sees ``rows[i]``: one bool per name in ``names``.
+
+    Attributes:
+        tick_s: Seconds between observations.
+        ticks: Number of observations.
+        names: Traced rungs, in ladder order.
+        starts: First tick of each segment (``starts[0] == 0``).
+        rows: Availability of each traced rung during each segment.
+
+    Example:
+        >>> from ray_ladder.simulate.traces import outage_trace
+        >>> tl = align({"h100": outage_trace([(60, 120)])}, tick_s=60, ticks=3)
+        >>> tl.starts, tl.rows
+        ([0, 1, 2], [(True,), (False,), (True,)])
+    """
+
+    tick_s: float
+    ticks: int
+    names: tuple[str, ...]
+    starts: list[int]
+    rows: list[tuple[bool, ...]]
+
+    def obtainable_ticks(self, name: str) -> int:
+        """How many ticks rung ``name`` is seen obtainable."""
+        col = self.names.index(name)
+        ends = self.starts[1:] + [self.ticks]
+        spans = zip(self.starts, ends, self.rows, strict=True)
+        return sum(e - s for s, e, row in spans if row[col])
+
+
+def align(traces: Mapping[str, Trace], *, tick_s: float, ticks: int) -> Timeline:
+    """Sample every trace at ``k * tick_s`` for ``k < ticks`` and merge them into segments.
+
+    Cost is proportional to the number of changes, not of ticks, so a year at one-minute
+    ticks aligns in milliseconds.
+    """
+    if tick_s <= 0 or ticks < 1:
+        raise ValueError(f"need tick_s > 0 and ticks >= 1, got {tick_s}, {ticks}")
+    names = tuple(traces)
+    runs = [traces[name].tick_runs(tick_s, ticks) for name in names]
+    cuts = sorted({k for r in runs for k, _ in r} | {0})
+    pos = [0] * len(runs)
+    row = [r[0][1] for r in runs]
+    starts: list[int] = []
+    rows: list[tuple[bool, ...]] = []
+    for k in cuts:
+        for j, r in enumerate(runs):
+            while pos[j] + 1 < len(r) and r[pos[j] + 1][0] <= k:
+                pos[j] += 1
+            row[j] = r[pos[j]][1]
+        value = tuple(row)
+        if rows and rows[-1] == value:
+            continue
+        starts.append(k)
+        rows.append(value)
+    return Timeline(float(tick_s), ticks, names, starts, rows)

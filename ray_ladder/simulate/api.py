@@ -1,0 +1,162 @@
+"""simulate(): replay capacity traces through the live Selector and report per policy."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ray_ladder.constraints import Constraints
+from ray_ladder.simulate.align import align
+from ray_ladder.simulate.replay import replay
+from ray_ladder.simulate.report import SimulationReport, summarise
+from ray_ladder.simulate.specs import resolve_traces
+from ray_ladder.simulate.traces import Trace, tick_index
+from ray_ladder.spec import Ladder, as_ladder
+
+DEFAULT_TICK_S = 60.0
+"""Tick used when no trace has a natural gap (e.g. only ``always`` traces)."""
+
+
+def default_warm(ladder: Ladder) -> list[str]:
+    """Compute rungs with standby replicas (``standby_replicas``; default 1 on the top).
+
+    Example:
+        >>> default_warm(load_ladder("examples/ladders/gpu-serving.yaml"))  # doctest: +SKIP
+        ['h100', 'l4']
+    """
+    out = []
+    for i, rung in enumerate(ladder.rungs):
+        standby = rung.standby_replicas
+        if standby is None:
+            standby = 1 if i == 0 else 0
+        if rung.is_compute and standby >= 1:
+            out.append(rung.name)
+    return out
+
+
+def _hysteresis_list(hysteresis: int | Iterable[int] | None, ladder: Ladder) -> list[int]:
+    if hysteresis is None:
+        values = [ladder.policy.promotion_hysteresis]
+    elif isinstance(hysteresis, int):
+        values = [hysteresis]
+    else:
+        values = list(hysteresis)
+    if not values:
+        raise ValueError("give at least one hysteresis value")
+    for h in values:
+        if isinstance(h, bool) or not isinstance(h, int) or h < 1:
+            raise ValueError(f"hysteresis values must be integers >= 1, got {h!r}")
+    return values
+
+
+def simulate(
+    ladder: Ladder | str | Path,
+    traces: Mapping[str, Trace | str | Path],
+    *,
+    hysteresis: int | Iterable[int] | None = None,
+    tick_s: float | None = None,
+    duration_s: float | None = None,
+    promotion_delay_s: float = 0.0,
+    demotion_delay_s: float = 0.0,
+    warm: Collection[str] | None = None,
+    constraints: Constraints | None = None,
+) -> SimulationReport:
+    """Replay per-rung capacity traces through :class:`~ray_ladder.Selector`.
+
+    One observation per tick; a compute rung without a trace is always obtainable (as
+    are cache and shed rungs). Besides each policy, an oracle (hysteresis 1, no switching
+    cost) is replayed for the ``cost_oracle`` figure.
+
+    Args:
+        ladder: A :class:`~ray_ladder.Ladder` or a path to its file.
+        traces: Rung name -> :class:`Trace`, file path, or spec string (``always``,
+            ``never``, ``markov:up=1h,down=10m,seed=1``, ``outage:100-400``).
+        hysteresis: One value or several to compare (default: the ladder's policy).
+        tick_s: Seconds between observations (default: the finest trace gap, else 60).
+        duration_s: Seconds to replay (default: the shortest file trace; required when
+            every trace is generated).
+        promotion_delay_s: Seconds from a climb decision to the new rung serving.
+        demotion_delay_s: Cold-start seconds after a fall onto a rung that is not warm.
+        warm: Compute rungs whose standby replicas make falls onto them instant
+            (default: :func:`default_warm`).
+        constraints: Restrict the eligible rungs, as for a live request.
+
+    Raises:
+        ValueError: a trace for an unknown or non-compute rung, a trace shorter than the
+            replay, a bad spec or parameter.
+
+    Example:
+        >>> report = simulate("examples/ladders/gpu-serving.yaml",
+        ...                   {"h100": "outage:1h-2h"}, hysteresis=[1, 3],
+        ...                   duration_s=86400, tick_s=60)
+        >>> round(report.policy(1).rung_fraction["h100"], 3)
+        0.958
+    """
+    ladder = as_ladder(ladder)
+    for name in traces:
+        if name not in ladder.names:
+            raise ValueError(f"trace for unknown rung {name!r}; rungs of {ladder.name!r}: "
+                             f"{ladder.names}")
+        if not ladder.rung(name).is_compute:
+            raise ValueError(f"rung {name!r} is a {ladder.rung(name).kind} rung, always "
+                             "obtainable: remove its trace")
+    for label, value in (("promotion_delay_s", promotion_delay_s),
+                         ("demotion_delay_s", demotion_delay_s)):
+        if value < 0:
+            raise ValueError(f"{label} must be >= 0, got {value}")
+    if tick_s is not None and tick_s <= 0:
+        raise ValueError(f"tick_s must be > 0, got {tick_s}")
+    if duration_s is not None and duration_s <= 0:
+        raise ValueError(f"duration_s must be > 0, got {duration_s}")
+    hs = _hysteresis_list(hysteresis, ladder)
+    resolved, horizon = resolve_traces(traces, duration_s)
+    if horizon is None:
+        raise ValueError("nothing bounds the replay: give duration_s (--duration) when "
+                         "every trace is generated")
+    for name, trace in resolved.items():
+        if trace.duration_s is not None and trace.duration_s < horizon:
+            raise ValueError(f"trace for {name!r} ({trace.source}) covers "
+                             f"{trace.duration_s:g} s, less than the {horizon:g} s to replay")
+    if tick_s is None:
+        gaps = [t.resolution_s for t in resolved.values() if t.resolution_s is not None]
+        tick_s = min(gaps) if gaps else DEFAULT_TICK_S
+    ticks = max(1, tick_index(horizon, tick_s))
+    ordered = {n: resolved[n] for n in ladder.names if n in resolved}
+    timeline = align(ordered, tick_s=tick_s, ticks=ticks)
+    warm_list = default_warm(ladder) if warm is None else list(warm)
+    for name in warm_list:
+        if name not in ladder.names or not ladder.rung(name).is_compute:
+            raise ValueError(f"warm rung {name!r} is not a compute rung of {ladder.name!r}; "
+                             f"compute rungs: {[r.name for r in ladder.rungs if r.is_compute]}")
+
+    oracle_rep = replay(ladder, timeline, hysteresis=1, constraints=constraints)
+    names = oracle_rep.names
+    quality = [ladder.rung(n).quality for n in names]
+    cost = [ladder.rung(n).cost_per_hour for n in names]
+    oracle = summarise(oracle_rep, quality=quality, cost_per_hour=cost)
+    policies = []
+    for h in hs:
+        if h == 1 and promotion_delay_s == 0 and demotion_delay_s == 0:
+            rep = oracle_rep  # the same replay: no need to run it twice
+        else:
+            rep = replay(ladder, timeline, hysteresis=h, promotion_delay_s=promotion_delay_s,
+                         demotion_delay_s=demotion_delay_s, warm=warm_list,
+                         constraints=constraints)
+        policies.append(summarise(rep, quality=quality, cost_per_hour=cost,
+                                  cost_oracle=oracle.cost))
+    rungs: list[dict[str, Any]] = []
+    for name, q, c in zip(names, quality, cost, strict=True):
+        rung = ladder.rung(name)
+        traced = name in timeline.names
+        rungs.append({
+            "name": name, "kind": rung.kind, "quality": q, "cost_per_hour": c,
+            "warm": name in warm_list or not rung.is_compute,
+            "trace": ordered[name].source if traced else "always (no trace)",
+            "obtainable_fraction": timeline.obtainable_ticks(name) / ticks if traced else 1.0,
+        })
+    return SimulationReport(
+        ladder=ladder.name, rungs=rungs, ticks=ticks, tick_s=float(tick_s),
+        duration_s=ticks * float(tick_s), warm=[n for n in names if n in warm_list],
+        oracle=oracle, policies=policies, timeline=timeline, traces=resolved,
+    )

@@ -1,0 +1,169 @@
+"""Replay a timeline through the live Selector, with a model of switching cost."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from itertools import pairwise
+
+from ray_ladder.constraints import Constraints
+from ray_ladder.selector import Selector
+from ray_ladder.simulate.align import Timeline
+from ray_ladder.spec import Ladder
+
+
+@dataclass
+class Replay:
+    """What one policy did over a timeline: change points and counters.
+
+    Times are in ticks (floats: a switch can complete inside a tick). ``served`` lists
+    ``(time, rung index)`` each time the serving rung changes (``-1``: nothing served);
+    ``starting`` lists ``(time, rung index)`` each time the rung whose replicas are
+    starting changes (``-1``: none); ``target`` lists ``(tick, rung index)`` each time
+    the selector's decision changes. Indices point into ``names`` (the eligible rungs).
+    """
+
+    names: list[str]
+    ticks: int
+    tick_s: float
+    hysteresis: int
+    promotion_delay_s: float
+    demotion_delay_s: float
+    warm: list[str]
+    served: list[tuple[float, int]] = field(default_factory=list)
+    starting: list[tuple[float, int]] = field(default_factory=list)
+    target: list[tuple[int, int]] = field(default_factory=list)
+    falls: int = 0
+    climbs: int = 0
+    climbs_abandoned: int = 0
+    alerts: int = 0
+
+    def served_per_tick(self) -> list[str | None]:
+        """The rung serving at each tick once its observation is handled (``None``: none).
+
+        Example:
+            >>> replay.served_per_tick()[:3]  # doctest: +SKIP
+            ['h100', 'h100', 'a100']
+        """
+        out: list[str | None] = []
+        changes = self.served + [(float(self.ticks), -1)]
+        for (t, idx), (t_next, _) in pairwise(changes):
+            # A change at tick k (or inside tick k - 1) shows from tick ceil(t) on.
+            first, stop = -int(-t // 1), -int(-t_next // 1)
+            if stop > first:
+                del out[first:]
+                out.extend([self.names[idx] if idx >= 0 else None] * (stop - first))
+        return out
+
+
+def replay(
+    ladder: Ladder,
+    timeline: Timeline,
+    *,
+    hysteresis: int | None = None,
+    promotion_delay_s: float = 0.0,
+    demotion_delay_s: float = 0.0,
+    warm: Collection[str] = (),
+    constraints: Constraints | None = None,
+) -> Replay:
+    """Feed one observation per tick to a fresh :class:`~ray_ladder.Selector`.
+
+    The selector decides (the live code, unchanged); this loop models what is *served*:
+
+    * First observation: the ladder starts already running on the selected rung.
+    * Climb (the new rung is better than the one serving): the old rung keeps serving
+      while the new rung's replicas start, for ``promotion_delay_s``. If the selector
+      moves elsewhere meanwhile, the climb is abandoned. If the old rung is lost
+      meanwhile, nothing is served until the new one is up.
+    * Fall: the new rung serves at once when it is warm (``warm``, or a cache/shed
+      rung); otherwise nothing is served for ``demotion_delay_s`` (a cold start).
+    * A rung whose replicas are starting is billed (see the report), not served.
+
+    Args:
+        ladder: The ladder.
+        timeline: Aligned observations (:func:`~ray_ladder.simulate.align.align`).
+        hysteresis: Promotion hysteresis in observations (default: the ladder's).
+        promotion_delay_s: Seconds from a climb decision to the new rung serving.
+        demotion_delay_s: Seconds a cold rung needs to serve after a fall.
+        warm: Compute rungs kept warm (standby replicas): falls onto them are instant.
+        constraints: Restrict the eligible rungs, as for a live request.
+    """
+    selector = Selector(ladder, constraints, promotion_hysteresis=hysteresis)
+    names = selector.eligible
+    index: dict[str | None, int] = {name: i for i, name in enumerate(names)}
+    index[None] = -1
+    tick = timeline.tick_s
+    kinds = [ladder.rung(name).kind for name in names]
+    warm_set = set(warm)
+    cold = [0.0 if kind != "compute" or name in warm_set else demotion_delay_s / tick
+            for name, kind in zip(names, kinds, strict=True)]
+    promote = promotion_delay_s / tick
+    # One observation dict (and one "obtainable by rung index" list) per distinct row:
+    # segments with the same row share them, so the loop allocates nothing per tick.
+    cache: dict[tuple[bool, ...], tuple[dict[str, bool], list[bool]]] = {}
+    untraced = {name: True for name, kind in zip(names, kinds, strict=True)
+                if kind == "compute" and name not in timeline.names}
+    result = Replay(names, timeline.ticks, tick, selector.hysteresis, promotion_delay_s,
+                    demotion_delay_s, [n for n in names if n in warm_set])
+    served_log, starting_log, target_log = result.served, result.starting, result.target
+    served_log.append((0.0, -1))
+    observe = selector.observe
+    served = pending = -1
+    pending_climb = False
+    ready = 0.0
+    falls = climbs = abandoned = alerts = 0
+    ends = timeline.starts[1:] + [timeline.ticks]
+    for k0, k1, row in zip(timeline.starts, ends, timeline.rows, strict=True):
+        entry = cache.get(row)
+        if entry is None:
+            obs = dict(zip(timeline.names, row, strict=True))
+            obs.update(untraced)
+            entry = cache[row] = (obs, [kind != "compute" or obs.get(name, False)
+                                        for name, kind in zip(names, kinds, strict=True)])
+        obs, ok = entry
+        for k in range(k0, k1):
+            d = observe(obs, k * tick)
+            if not (d.changed or d.alert or pending >= 0):
+                continue  # the common case: nothing moves
+            alerts += d.alert
+            if d.changed:
+                target = index[d.rung]
+                target_log.append((k, target))
+                if d.direction == "down":
+                    falls += 1
+                elif d.direction == "up":
+                    climbs += 1
+                if pending >= 0:  # the selector moved on before the switch completed
+                    abandoned += pending_climb
+                    pending = -1
+                    starting_log.append((k, -1))
+                if target == served:
+                    pass
+                elif target < 0 or d.direction is None:
+                    served = target  # exhausted, or the first observation
+                    served_log.append((k, served))
+                else:
+                    climb = target < served if served >= 0 else d.direction == "up"
+                    delay = promote if climb else cold[target]
+                    if delay <= 0:
+                        served = target
+                        served_log.append((k, served))
+                    else:
+                        pending, pending_climb, ready = target, climb, k + delay
+                        starting_log.append((k, target))
+                        if not climb and served >= 0:
+                            served = -1
+                            served_log.append((k, -1))
+            if pending >= 0:
+                if served >= 0 and not ok[served]:
+                    served = -1  # the old rung vanished while the new one starts
+                    served_log.append((k, -1))
+                if ready < k + 1:
+                    served, pending = pending, -1
+                    served_log.append((ready, served))
+                    starting_log.append((ready, -1))
+    if len(served_log) > 1 and served_log[1][0] == 0:
+        del served_log[0]  # the first observation replaced the "nothing yet" placeholder
+    result.falls, result.climbs = falls, climbs
+    result.climbs_abandoned, result.alerts = abandoned, alerts
+    return result

@@ -1,0 +1,232 @@
+"""What a replay means: time per rung, moves, degraded episodes, quality and cost."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any
+
+from ray_ladder.simulate.align import Timeline
+from ray_ladder.simulate.replay import Replay
+from ray_ladder.simulate.traces import Trace
+
+
+@dataclass(frozen=True)
+class PolicyReport:
+    """The figures of one policy (hysteresis + switching delays) over one replay.
+
+    Seconds are simulated seconds. "Degraded" means served below the best eligible
+    rung, or nothing served; an episode is one unbroken degraded stretch.
+
+    Attributes:
+        hysteresis: Promotion hysteresis, in observations (ticks).
+        hysteresis_s: The same in seconds (``hysteresis * tick_s``).
+        promotion_delay_s: Seconds from a climb decision to the new rung serving.
+        demotion_delay_s: Cold-start seconds after a fall onto a rung that is not warm.
+        rung_fraction: Fraction of time each eligible rung served.
+        unserved_fraction: Fraction of time nothing served (cold starts, exhaustion);
+            with ``rung_fraction`` it sums to 1.
+        falls: Selector decisions to move down (including to "nothing obtainable").
+        climbs: Selector decisions to move up; each one starts the new rung's replicas.
+        climbs_abandoned: Climbs dropped because the selector moved on before the new
+            rung was up (only with ``promotion_delay_s > 0``).
+        climbs_per_day: ``climbs`` per simulated day.
+        degraded_s_total: Seconds degraded in all.
+        degraded_episodes: Number of degraded episodes.
+        degraded_longest_s: Longest episode.
+        degraded_p95_episode_s: 95th percentile of episode lengths (nearest rank).
+        alerts: ``max_degraded_seconds`` alerts the selector fired.
+        quality_weighted_availability: Sum of quality x time served / total time.
+        cost: Sum of ``cost_per_hour`` x hours served, plus hours spent starting rungs.
+        cost_starting: The part of ``cost`` spent on replicas that were still starting.
+        cost_always_top: The bill for holding the best eligible rung the whole time.
+        cost_oracle: The bill of the oracle (hysteresis 1, no switching cost).
+        replay: The raw replay (change points), for plots; not in :meth:`to_dict`.
+
+    Example:
+        >>> report.policies[0].rung_fraction  # doctest: +SKIP
+        {'h100': 0.48, 'a100': 0.2, 'l4': 0.25, 'cpu': 0.07, 'cache': 0.0, 'shed': 0.0}
+    """
+
+    hysteresis: int
+    hysteresis_s: float
+    promotion_delay_s: float
+    demotion_delay_s: float
+    rung_fraction: dict[str, float]
+    unserved_fraction: float
+    falls: int
+    climbs: int
+    climbs_abandoned: int
+    climbs_per_day: float
+    degraded_s_total: float
+    degraded_episodes: int
+    degraded_longest_s: float
+    degraded_p95_episode_s: float
+    alerts: int
+    quality_weighted_availability: float
+    cost: float
+    cost_starting: float
+    cost_always_top: float
+    cost_oracle: float
+    replay: Replay = field(repr=False, compare=False)
+
+    @property
+    def cost_vs_top(self) -> float | None:
+        """``cost / cost_always_top`` (``None`` when the top rung is free)."""
+        return self.cost / self.cost_always_top if self.cost_always_top else None
+
+    @property
+    def cost_vs_oracle(self) -> float | None:
+        """``cost / cost_oracle`` (``None`` when the oracle costs nothing)."""
+        return self.cost / self.cost_oracle if self.cost_oracle else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready figures (everything but the raw replay)."""
+        out = {k: v for k, v in self.__dict__.items() if k != "replay"}
+        out["cost_vs_top"] = self.cost_vs_top
+        out["cost_vs_oracle"] = self.cost_vs_oracle
+        return out
+
+
+@dataclass(frozen=True)
+class SimulationReport:
+    """A whole simulation: the ladder, the traces, the oracle and each policy.
+
+    Attributes:
+        ladder: Ladder name.
+        rungs: Per eligible rung: name, kind, quality, cost_per_hour, warm, trace
+            source and the fraction of ticks it was obtainable.
+        ticks: Observations replayed.
+        tick_s: Seconds between observations.
+        duration_s: ``ticks * tick_s``.
+        warm: Compute rungs treated as warm (instant falls).
+        oracle: Hysteresis 1 and no switching cost: the best any policy can do.
+        policies: One report per policy, in the order asked.
+        timeline: The aligned observations (not in :meth:`to_dict`).
+        traces: The traces replayed (not in :meth:`to_dict`).
+
+    Example:
+        >>> report = simulate("ladder.yaml", {"h100": "h100.json"})  # doctest: +SKIP
+        >>> report.to_json()  # doctest: +SKIP
+    """
+
+    ladder: str
+    rungs: list[dict[str, Any]]
+    ticks: int
+    tick_s: float
+    duration_s: float
+    warm: list[str]
+    oracle: PolicyReport
+    policies: list[PolicyReport]
+    timeline: Timeline = field(repr=False, compare=False)
+    traces: dict[str, Trace] = field(repr=False, compare=False)
+
+    def policy(self, hysteresis: int) -> PolicyReport:
+        """The report of the policy with this hysteresis."""
+        for p in self.policies:
+            if p.hysteresis == hysteresis:
+                return p
+        raise KeyError(f"no policy with hysteresis {hysteresis}; have "
+                       f"{[p.hysteresis for p in self.policies]}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON report."""
+        return {
+            "ladder": self.ladder,
+            "rungs": self.rungs,
+            "ticks": self.ticks,
+            "tick_s": self.tick_s,
+            "duration_s": self.duration_s,
+            "warm": self.warm,
+            "oracle": self.oracle.to_dict(),
+            "policies": [p.to_dict() for p in self.policies],
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """The JSON report as text."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+
+def _intervals(changes: list[tuple[float, int]], end: float) -> list[tuple[float, float, int]]:
+    """``(start, length, index)`` for each non-empty stretch between change points."""
+    bounds = changes + [(end, -1)]
+    return [(t, t2 - t, idx) for (t, idx), (t2, _) in pairwise(bounds) if t2 > t]
+
+
+def p95(values: list[float]) -> float:
+    """95th percentile by nearest rank (0 for no values).
+
+    Example:
+        >>> p95([float(i) for i in range(1, 101)])
+        95.0
+    """
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def summarise(
+    rep: Replay,
+    *,
+    quality: list[float],
+    cost_per_hour: list[float],
+    cost_oracle: float | None = None,
+) -> PolicyReport:
+    """Turn a replay's change points into a :class:`PolicyReport`.
+
+    Args:
+        rep: The replay.
+        quality: Quality of each eligible rung (``rep.names`` order).
+        cost_per_hour: Cost of each eligible rung.
+        cost_oracle: The oracle's bill (``None``: this replay is the oracle).
+    """
+    ticks, tick = rep.ticks, rep.tick_s
+    units = [0.0] * len(rep.names)
+    unserved = 0.0
+    episodes: list[float] = []
+    episode_start: float | None = None
+    for start, length, idx in _intervals(rep.served, float(ticks)):
+        if idx >= 0:
+            units[idx] += length
+        else:
+            unserved += length
+        if idx != 0 and episode_start is None:
+            episode_start = start
+        elif idx == 0 and episode_start is not None:
+            episodes.append((start - episode_start) * tick)
+            episode_start = None
+    if episode_start is not None:
+        episodes.append((ticks - episode_start) * tick)
+    hours = tick / 3600.0
+    starting = sum((cost_per_hour[idx] * length * hours
+                    for _, length, idx in _intervals(rep.starting, float(ticks)) if idx >= 0),
+                   0.0)
+    cost = sum(c * u * hours for c, u in zip(cost_per_hour, units, strict=True)) + starting
+    days = ticks * tick / 86400.0
+    return PolicyReport(
+        hysteresis=rep.hysteresis,
+        hysteresis_s=rep.hysteresis * tick,
+        promotion_delay_s=rep.promotion_delay_s,
+        demotion_delay_s=rep.demotion_delay_s,
+        rung_fraction={name: u / ticks for name, u in zip(rep.names, units, strict=True)},
+        unserved_fraction=unserved / ticks,
+        falls=rep.falls,
+        climbs=rep.climbs,
+        climbs_abandoned=rep.climbs_abandoned,
+        climbs_per_day=rep.climbs / days,
+        degraded_s_total=sum(episodes),
+        degraded_episodes=len(episodes),
+        degraded_longest_s=max(episodes, default=0.0),
+        degraded_p95_episode_s=p95(episodes),
+        alerts=rep.alerts,
+        quality_weighted_availability=sum(
+            q * u for q, u in zip(quality, units, strict=True)) / ticks,
+        cost=cost,
+        cost_starting=starting,
+        cost_always_top=cost_per_hour[0] * ticks * hours,
+        cost_oracle=cost if cost_oracle is None else cost_oracle,
+        replay=rep,
+    )
