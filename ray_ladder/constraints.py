@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 if TYPE_CHECKING:
     from ray_ladder.spec import Rung
@@ -37,6 +37,12 @@ class Constraints(BaseModel):
     sites: tuple[str, ...] | None = Field(
         None, description="Only rungs whose tags.site is one of these (e.g. ('onprem',))."
     )
+
+    @field_validator("sites", mode="before")
+    @classmethod
+    def _sites_as_tuple(cls, value: object) -> object:
+        # Strict mode takes only tuples; a list is the natural way to write a few sites.
+        return tuple(value) if isinstance(value, list) else value
 
     def allows(self, rung: Rung) -> bool:
         """Return whether ``rung`` satisfies every constraint.

@@ -65,6 +65,9 @@ class ConfigError(LadderError, ValueError):
         lines = [f"invalid ladder in {source}:"] + [f"  - {issue}" for issue in self.issues]
         super().__init__("\n".join(lines))
 
+    def __reduce__(self):  # args hold the message; rebuild from the issues instead
+        return (self.__class__, (self.issues, self.source))
+
 
 class InvalidConstraintsError(LadderError, ValueError):
     """Constraints that are malformed, or name a value no rung of the ladder knows.
@@ -92,7 +95,7 @@ class Attempt:
         return {"rung": self.rung, "reason": self.reason, "time": self.time}
 
 
-@dataclass
+@dataclass(eq=False)  # identity equality keeps the exception hashable, like every exception
 class LadderExhaustedError(LadderError):
     """Every eligible rung was tried or is unobtainable.
 

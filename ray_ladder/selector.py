@@ -90,7 +90,8 @@ class Selector:
         eligible = ladder.eligible(constraints)
         self._names: list[str] = [r.name for r in eligible]
         self._always: list[bool] = [r.kind != "compute" for r in eligible]
-        hysteresis = promotion_hysteresis or ladder.policy.promotion_hysteresis
+        hysteresis = (ladder.policy.promotion_hysteresis if promotion_hysteresis is None
+                      else promotion_hysteresis)
         if hysteresis < 1:
             raise ValueError(f"promotion_hysteresis must be >= 1, got {hysteresis}")
         self._hysteresis = hysteresis

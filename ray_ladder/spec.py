@@ -169,15 +169,15 @@ class Rung(BaseModel):
                 "remove resources/num_gpus/num_cpus/accelerator_type/label_selector",
             )
         if self.cache is not None and self.kind != "cache":
-            raise _rule("cache", "only a cache rung takes cache settings", self.kind,
-                        "remove 'cache' or set kind: cache")
+            raise _rule("cache", "only a cache rung takes cache settings, not a {value} rung",
+                        self.kind, "remove 'cache' or set kind: cache")
         if self.standby_replicas is not None and self.kind != "compute":
-            raise _rule("standby_replicas", "only compute rungs have replicas", self.kind,
-                        "remove standby_replicas")
+            raise _rule("standby_replicas", "only compute rungs have replicas, not a {value} rung",
+                        self.kind, "remove standby_replicas")
         for key, amount in self.resources.items():
             if amount <= 0:
-                raise _rule(f"resources.{key}", "resource amounts must be > 0", amount,
-                            "use a positive amount, e.g. 1")
+                raise _rule(f"resources.{key}", "resource amounts must be > 0, got {value}",
+                            amount, "use a positive amount, e.g. 1")
         return self
 
 
@@ -214,14 +214,15 @@ class Ladder(BaseModel):
             seen[rung.name] = i
         kinds = [r.kind for r in self.rungs]
         if "compute" not in kinds:
-            raise _rule("rungs", "a ladder needs at least one compute rung", kinds,
+            raise _rule("rungs", "a ladder needs at least one compute rung, got kinds {value}",
+                        kinds,
                         "add a rung with a placement, e.g. {name: cpu, num_cpus: 1}")
         order = {"compute": 0, "cache": 1, "shed": 2}
         for kind in ("cache", "shed"):
             if kinds.count(kind) > 1:
                 i = [j for j, k in enumerate(kinds) if k == kind][1]
-                raise _rule(f"rungs[{i}].kind", "at most one {value} rung", kind,
-                            f"remove the extra {kind} rung")
+                raise _rule(f"rungs[{i}].kind", f"at most one {kind} rung; {{value}} is another",
+                            self.rungs[i].name, f"remove the extra {kind} rung")
         for i in range(1, len(kinds)):
             if order[kinds[i]] < order[kinds[i - 1]]:
                 raise _rule(

@@ -46,8 +46,10 @@ def _placement_text(rung: Rung) -> str:
 def ladder_table(ladder: Ladder) -> Table:
     """A rich table of the rungs: order, kind, placement, quality, cost, tags."""
     table = Table(title=f"ladder {ladder.name}")
+    # In a narrow or piped terminal rich would cut cells to "eu-cloud-h1…"; keep rung names
+    # whole and fold the other cells so no name, resource or tag is lost.
     for col in ("#", "rung", "kind", "placement", "quality", "cost/h", "tags"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col in ("#", "rung"), overflow="fold")
     for i, r in enumerate(ladder.rungs):
         tags = ", ".join(f"{k}={v}" for k, v in r.tags.items())
         table.add_row(str(i), r.name, r.kind, _placement_text(r), f"{r.quality:g}",
