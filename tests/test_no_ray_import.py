@@ -1,0 +1,78 @@
+"""The pure core never imports Ray (checked in a fresh interpreter: other tests import it)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+CORE = [
+    "ray_ladder",
+    "ray_ladder.spec",
+    "ray_ladder.selector",
+    "ray_ladder.constraints",
+    "ray_ladder.events",
+    "ray_ladder.exceptions",
+    "ray_ladder.context",
+    "ray_ladder._errors",
+]
+# Core modules that other issues add; checked as soon as they exist.
+LATER_CORE = ["ray_ladder.simulate", "ray_ladder.accelerators"]
+
+
+def run_fresh(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+PROBE = """
+import sys
+leaked = sorted(m for m in sys.modules if m == "ray" or m.startswith("ray."))
+assert not leaked, leaked
+"""
+
+
+def assert_no_ray(code: str) -> None:
+    result = run_fresh(textwrap.dedent(code) + PROBE)
+    assert result.returncode == 0, result.stderr
+
+
+def test_importing_and_using_the_core_does_not_import_ray() -> None:
+    modules = CORE + [m for m in LATER_CORE if importlib.util.find_spec(m) is not None]
+    imports = "\n".join(f"import {m}" for m in modules)
+    assert_no_ray(
+        imports
+        + """
+from ray_ladder import Constraints, Ladder, Selector, load_ladder
+ladder = load_ladder("examples/ladders/gpu-serving.yaml")
+sel = Selector(ladder, Constraints(max_cost_per_hour=5.0))
+d = sel.observe({"a100": True}, now=0.0)
+assert d.rung == "a100", d
+d.event(ladder.name).to_json()
+dir(ray_ladder)
+ray_ladder.__all__
+"""
+    )
+
+
+def test_cli_validate_and_show_do_not_import_ray() -> None:
+    assert_no_ray(
+        """
+        from ray_ladder.cli import main
+        for command in ("validate", "show"):
+            try:
+                main([command, "examples/ladders/mig.yaml"])
+            except SystemExit as exit:
+                assert exit.code in (0, None), exit.code
+        """
+    )
+
+
+def test_the_probe_detects_a_ray_import() -> None:
+    # Guard against a probe that always passes (without paying for a real Ray import).
+    result = run_fresh("import sys\nsys.modules['ray.util'] = sys\n" + PROBE)
+    assert result.returncode != 0
+    assert "ray.util" in result.stderr
