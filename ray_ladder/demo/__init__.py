@@ -1,0 +1,1 @@
+"""The `make demo` story: a digit-serving ladder on an embedded LocalCluster."""

@@ -1,0 +1,74 @@
+"""demo-out/timeline.png: the rung and the latency of every request over time, events marked."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ray_ladder.demo.load import RequestRecord
+from ray_ladder.demo.report import rung_of, segments
+from ray_ladder.demo.story import StoryEvent
+
+_COLORS = {"h100": "#2ca02c", "a100": "#1f77b4", "cpu": "#ff7f0e", "cache": "#9467bd",
+           "shed": "#7f7f7f", "error": "#d62728"}
+
+
+def plot_timeline(records: Sequence[RequestRecord], story: Sequence[StoryEvent],
+                  ladder: Sequence[str], path: Path,
+                  transitions: Sequence[Mapping[str, Any]] = (),
+                  title: str = "ray-ladder demo") -> Path:
+    """Draw the timeline PNG: top, the answering rung (step) and each request (dots);
+    bottom, request latency (log scale) coloured by rung; story events as vertical lines.
+
+    Example:
+        >>> plot_timeline(records, events, ["h100", "a100", "cpu"], Path("t.png"))  # doctest: +SKIP
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: the demo runs in terminals and CI
+    import matplotlib.pyplot as plt
+
+    names = [*ladder, *sorted({rung_of(r) for r in records} - set(ladder))]
+    level = {name: i for i, name in enumerate(names)}
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 6.5), sharex=True,
+                                      gridspec_kw={"height_ratios": [1, 1.2]})
+
+    segs = segments(records)
+    if segs:
+        xs = [s.start for s in segs] + [segs[-1].end]
+        ys = [level[s.rung] for s in segs] + [level[segs[-1].rung]]
+        top.step(xs, ys, where="post", color="black", linewidth=2, label="serving rung")
+    for name in names:
+        mine = [r for r in records if rung_of(r) == name]
+        if mine:
+            top.scatter([r.t for r in mine], [level[name]] * len(mine), s=6, alpha=0.35,
+                        color=_COLORS.get(name, "#17becf"), label=None)
+            bottom.scatter([r.t for r in mine], [max(r.latency_s * 1000, 0.1) for r in mine],
+                           s=6, alpha=0.6, color=_COLORS.get(name, "#17becf"),
+                           label=f"{name} ({len(mine)})")
+    for t in transitions:
+        if t.get("kind", "transition") == "transition":
+            top.axvline(float(t["t"]), color="gray", linestyle=":", linewidth=0.8)
+    top.set_yticks(range(len(names)), names)
+    top.set_ylim(len(names) - 0.5, -0.5)  # best rung on top
+    top.set_ylabel("rung")
+    top.set_title(title)
+    bottom.set_yscale("log")
+    bottom.set_ylabel("latency (ms)")
+    bottom.set_xlabel("seconds since traffic started")
+    if records:
+        bottom.legend(loc="upper right", fontsize=8, markerscale=2, ncol=len(names))
+    for ax in (top, bottom):
+        ax.grid(True, alpha=0.3)
+        for e in story:
+            color = "#d62728" if e.action == "kill" else "#2ca02c"
+            ax.axvline(e.t, color=color, linestyle="--", linewidth=1.2)
+    for e in story:
+        top.annotate(e.label, xy=(e.t, -0.5), xytext=(3, -2), textcoords="offset points",
+                     fontsize=8, va="top", color="#d62728" if e.action == "kill" else "#2ca02c")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
