@@ -50,7 +50,7 @@ def cases(draw: st.DrawFn) -> Case:
         min_quality=st.sampled_from([None, 0.5, 0.8]),
         sites=st.sampled_from([None, ("onprem",), ("onprem", "cloud")]),
     )))
-    names = [r["name"] for r in rungs]
+    names = [str(r["name"]) for r in rungs]
     # An observation may omit a rung (unobtainable) or claim cache/shed unobtainable
     # (ignored: they always are).
     observation = st.dictionaries(st.sampled_from(names), st.booleans())
