@@ -28,29 +28,27 @@ _LAZY = {
     "CapacityView": "ray_ladder.capacity",
 }
 
-__all__ = sorted(
-    [
-        "Attempt",
-        "CacheSettings",
-        "CapacityView",
-        "ConfigError",
-        "Constraints",
-        "Decision",
-        "InvalidConstraintsError",
-        "Ladder",
-        "LadderError",
-        "LadderExhaustedError",
-        "LadderTask",
-        "Policy",
-        "Rung",
-        "RungContext",
-        "Selector",
-        "TransitionEvent",
-        "ladder_task",
-        "last_rung",
-        "load_ladder",
-    ]
-)
+__all__ = [
+    "Attempt",
+    "CacheSettings",
+    "CapacityView",
+    "ConfigError",
+    "Constraints",
+    "Decision",
+    "InvalidConstraintsError",
+    "Ladder",
+    "LadderError",
+    "LadderExhaustedError",
+    "LadderTask",
+    "Policy",
+    "Rung",
+    "RungContext",
+    "Selector",
+    "TransitionEvent",
+    "ladder_task",
+    "last_rung",
+    "load_ladder",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -55,7 +56,7 @@ def _format_loc(loc: tuple[Any, ...], data: Any) -> str:
     return out
 
 
-def _fix_for(err: dict[str, Any], loc: tuple[Any, ...]) -> str:
+def _fix_for(err: Mapping[str, Any], loc: tuple[Any, ...]) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
         parents = [p for p in loc[:-1] if isinstance(p, str)]

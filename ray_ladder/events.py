@@ -23,8 +23,9 @@ class TransitionEvent:
         kind: ``"transition"``, or ``"alert"`` for a ``max_degraded_seconds`` alert.
 
     Example:
-        >>> TransitionEvent(12.0, "gpu", "h100", "a100", "down", "h100 unobtainable").to_json()
-        '{"time": 12.0, "ladder": "gpu", "from": "h100", "to": "a100", "direction": "down", "reason": "h100 unobtainable", "kind": "transition"}'
+        >>> event = TransitionEvent(12.0, "gpu", "h100", "a100", "down", "h100 lost")
+        >>> event.to_dict()["to"], event.to_json().startswith('{"time": 12.0')
+        ('a100', True)
     """
 
     time: float

@@ -100,7 +100,7 @@ class Selector:
         self._current: str | None = None
         self._current_idx = -1  # -1: nothing selected
         self._episode_start: float | None = None
-        self._alerted = False
+        self._alerted: bool = False
         self._on_event = on_event
         self._ladder_name = ladder.name
         self._started = False

@@ -46,7 +46,9 @@ class Policy(BaseModel):
 
     Example:
         >>> Policy(promotion_hysteresis=3, max_degraded_seconds=600)
-        Policy(promotion_hysteresis=3, max_degraded_seconds=600.0, probe_interval_s=1.0, pending_timeout_s=10.0, retry_after_s=5.0)
+        ... # doctest: +NORMALIZE_WHITESPACE
+        Policy(promotion_hysteresis=3, max_degraded_seconds=600.0, probe_interval_s=1.0,
+               pending_timeout_s=10.0, retry_after_s=5.0)
     """
 
     model_config = _STRICT
@@ -209,8 +211,9 @@ class Ladder(BaseModel):
         seen: dict[str, int] = {}
         for i, rung in enumerate(self.rungs):
             if rung.name in seen:
-                raise _rule(f"rungs[{i}].name", "duplicate rung name {value} (also rungs[%d])"
-                            % seen[rung.name], rung.name, "give every rung a unique name")
+                raise _rule(f"rungs[{i}].name", "duplicate rung name {value} (also "
+                            f"rungs[{seen[rung.name]}])", rung.name,
+                            "give every rung a unique name")
             seen[rung.name] = i
         kinds = [r.kind for r in self.rungs]
         if "compute" not in kinds:
@@ -227,7 +230,7 @@ class Ladder(BaseModel):
             if order[kinds[i]] < order[kinds[i - 1]]:
                 raise _rule(
                     f"rungs[{i}].kind",
-                    "rung {value} comes below a %s rung" % kinds[i - 1],
+                    "rung {value} comes below a " + kinds[i - 1] + " rung",
                     f"{self.rungs[i].name} ({kinds[i]})",
                     "order rungs compute..., then cache, then shed (the bottom)",
                 )
