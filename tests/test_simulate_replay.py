@@ -120,7 +120,14 @@ def test_cold_demotion_serves_nothing_until_the_rung_is_up() -> None:
 def test_warm_rungs_fall_instantly() -> None:
     cold = run(hysteresis=1, demotion_delay_s=150, warm=["a100", "cpu"]).policies[0]
     assert cold.replay.served_per_tick() == [H, H, C, C, H, A, H, H, H, H]
-    assert run().warm == ["h100"]  # default: standby_replicas, 1 on the top rung
+    # Standby is billed apart: a100 idles warm 500 s (at 18/h), cpu 800 s (at 3.6/h).
+    assert cold.cost_standby == pytest.approx(2.5 + 0.8)
+    assert cold.cost_standby_by_rung == pytest.approx({H: 0, A: 2.5, C: 0.8, S: 0})
+    assert cold.cost == pytest.approx(7.7)
+    default = run()
+    assert default.warm == ["h100"]  # default: standby_replicas, 1 on the top rung
+    assert default.policies[0].cost_standby == 0  # h100 serves whenever it is obtainable
+    assert run(hysteresis=3).policies[0].cost_standby == pytest.approx(0.3 * 10)
 
 
 def test_old_rung_lost_while_the_new_one_starts() -> None:

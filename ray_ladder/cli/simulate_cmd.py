@@ -80,6 +80,7 @@ def policy_table(report: SimulationReport) -> Table:
         ("cost", [f"{p.cost:,.0f}" for _, p in columns]),
         ("  vs always top", [_pct(p.cost_vs_top) for _, p in columns]),
         ("  vs oracle", [_pct(p.cost_vs_oracle) for _, p in columns]),
+        ("standby (extra)", [f"{p.cost_standby:,.0f}" for _, p in columns]),
     ]
     for label, cells in rows:
         table.add_row(label, *cells)

@@ -35,6 +35,11 @@ def default_warm(ladder: Ladder) -> list[str]:
     return out
 
 
+def _standby(ladder: Ladder, name: str) -> int:
+    """Standby replicas of a warm rung (at least 1: it was named warm)."""
+    return max(1, ladder.rung(name).standby_replicas or 0)
+
+
 def _hysteresis_list(hysteresis: int | Iterable[int] | None, ladder: Ladder) -> list[int]:
     if hysteresis is None:
         values = [ladder.policy.promotion_hysteresis]
@@ -134,6 +139,10 @@ def simulate(
     names = oracle_rep.names
     quality = [ladder.rung(n).quality for n in names]
     cost = [ladder.rung(n).cost_per_hour for n in names]
+    obtainable = [timeline.obtainable_ticks(n) if n in timeline.names else ticks
+                  for n in names]
+    standby = [_standby(ladder, n) * ladder.rung(n).cost_per_hour if n in warm_list else 0.0
+               for n in names]
     oracle = summarise(oracle_rep, quality=quality, cost_per_hour=cost)
     policies = []
     for h in hs:
@@ -144,7 +153,8 @@ def simulate(
                          demotion_delay_s=demotion_delay_s, warm=warm_list,
                          constraints=constraints)
         policies.append(summarise(rep, quality=quality, cost_per_hour=cost,
-                                  cost_oracle=oracle.cost))
+                                  cost_oracle=oracle.cost, standby_per_hour=standby,
+                                  obtainable_ticks=obtainable))
     rungs: list[dict[str, Any]] = []
     for name, q, c in zip(names, quality, cost, strict=True):
         rung = ladder.rung(name)
@@ -153,7 +163,7 @@ def simulate(
             "name": name, "kind": rung.kind, "quality": q, "cost_per_hour": c,
             "warm": name in warm_list or not rung.is_compute,
             "trace": ordered[name].source if traced else "always (no trace)",
-            "obtainable_fraction": timeline.obtainable_ticks(name) / ticks if traced else 1.0,
+            "obtainable_fraction": obtainable[names.index(name)] / ticks,
         })
     return SimulationReport(
         ladder=ladder.name, rungs=rungs, ticks=ticks, tick_s=float(tick_s),

@@ -41,6 +41,10 @@ class PolicyReport:
         quality_weighted_availability: Sum of quality x time served / total time.
         cost: Sum of ``cost_per_hour`` x hours served, plus hours spent starting rungs.
         cost_starting: The part of ``cost`` spent on replicas that were still starting.
+        cost_standby: The bill of warm standby, *not* in ``cost``: for each warm compute
+            rung, ``standby_replicas x cost_per_hour`` for the time it is obtainable but
+            neither serving nor starting.
+        cost_standby_by_rung: ``cost_standby`` split by rung.
         cost_always_top: The bill for holding the best eligible rung the whole time.
         cost_oracle: The bill of the oracle (hysteresis 1, no switching cost).
         replay: The raw replay (change points), for plots; not in :meth:`to_dict`.
@@ -68,6 +72,8 @@ class PolicyReport:
     quality_weighted_availability: float
     cost: float
     cost_starting: float
+    cost_standby: float
+    cost_standby_by_rung: dict[str, float]
     cost_always_top: float
     cost_oracle: float
     replay: Replay = field(repr=False, compare=False)
@@ -174,6 +180,8 @@ def summarise(
     quality: list[float],
     cost_per_hour: list[float],
     cost_oracle: float | None = None,
+    standby_per_hour: list[float] | None = None,
+    obtainable_ticks: list[int] | None = None,
 ) -> PolicyReport:
     """Turn a replay's change points into a :class:`PolicyReport`.
 
@@ -182,6 +190,9 @@ def summarise(
         quality: Quality of each eligible rung (``rep.names`` order).
         cost_per_hour: Cost of each eligible rung.
         cost_oracle: The oracle's bill (``None``: this replay is the oracle).
+        standby_per_hour: Standby bill per hour of each rung while it idles warm (0 for
+            rungs that are not warm); ``None``: no standby.
+        obtainable_ticks: Ticks each rung is obtainable (needed with ``standby_per_hour``).
     """
     ticks, tick = rep.ticks, rep.tick_s
     units = [0.0] * len(rep.names)
@@ -200,10 +211,22 @@ def summarise(
             episode_start = None
     if episode_start is not None:
         episodes.append((ticks - episode_start) * tick)
+    # Switches inside a tick leave float noise (21340.999999999894 s): keep milliseconds.
+    episodes = [round(e, 3) for e in episodes]
     hours = tick / 3600.0
-    starting = sum((cost_per_hour[idx] * length * hours
-                    for _, length, idx in _intervals(rep.starting, float(ticks)) if idx >= 0),
+    starting_units = [0.0] * len(rep.names)
+    for _, length, idx in _intervals(rep.starting, float(ticks)):
+        if idx >= 0:
+            starting_units[idx] += length
+    starting = sum((c * u * hours for c, u in zip(cost_per_hour, starting_units, strict=True)),
                    0.0)
+    standby = {name: 0.0 for name in rep.names}
+    if standby_per_hour is not None and obtainable_ticks is not None:
+        # A rung serves or starts only while obtainable, so the rest of its obtainable
+        # time is time its standby replicas idle.
+        for name, rate, ok, u, su in zip(rep.names, standby_per_hour, obtainable_ticks,
+                                         units, starting_units, strict=True):
+            standby[name] = rate * max(0.0, ok - u - su) * hours
     cost = sum(c * u * hours for c, u in zip(cost_per_hour, units, strict=True)) + starting
     days = ticks * tick / 86400.0
     return PolicyReport(
@@ -226,6 +249,8 @@ def summarise(
             q * u for q, u in zip(quality, units, strict=True)) / ticks,
         cost=cost,
         cost_starting=starting,
+        cost_standby=sum(standby.values()),
+        cost_standby_by_rung=standby,
         cost_always_top=cost_per_hour[0] * ticks * hours,
         cost_oracle=cost if cost_oracle is None else cost_oracle,
         replay=rep,
