@@ -1,0 +1,258 @@
+"""The autoscaler hook actor: one per ladder, named, detached and restartable."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from ray_ladder.autoscale import sources
+from ray_ladder.autoscale.plan import MAX_EVENTS, AutoscaleOptions, AutoscalePlanner
+from ray_ladder.constraints import Constraints
+from ray_ladder.spec import Ladder, as_ladder
+
+logger = logging.getLogger(__name__)
+
+HOOK_NAMESPACE = "ray_ladder"
+#: Re-send an unchanged request this often (a restarted GCS or a peer's call may drop it).
+RESEND_S = 30.0
+
+
+def hook_name(ladder: str) -> str:
+    """The Ray actor name of ``ladder``'s hook.
+
+    Example:
+        >>> hook_name("gpu")
+        'ladder-autoscale-gpu'
+    """
+    return f"ladder-autoscale-{ladder}"
+
+
+class AutoscaleHook:
+    """Steers Ray's autoscaler down a ladder on stock-outs and back up when capacity returns.
+
+    Run it as a Ray actor with :func:`start_hook` (one per ladder, on the head node). Every
+    ``interval_s`` it reads the alive nodes and the autoscaler's failed launches, lets the
+    :class:`~ray_ladder.autoscale.plan.AutoscalePlanner` decide, and hands the resulting
+    node request to ``ray.autoscaler.sdk.request_resources``. Its state is published in
+    Ray's KV (read by ``ray-ladder autoscale status`` and by a restarted hook).
+
+    Consumers (the Serve ladder, ``@ladder_task`` pools) follow it through
+    :meth:`wait_for_change` (long poll) or :meth:`subscribe` (the hook calls
+    ``handle.<method>.remote(state)`` on each change). Per rung, ``role`` says what to do:
+    ``serving`` (send work), ``warming`` (a better rung's node joined: start replicas;
+    traffic moves after the hysteresis), ``draining`` (traffic moved up: finish in-flight
+    work, scale down), ``released`` (its node request is gone; Ray's idle timeout returns
+    the node once nothing runs there).
+
+    Example:
+        >>> hook = start_hook(load_ladder("gpu.yaml"), {"retry_initial_s": 60})  # doctest: +SKIP
+        >>> ray.get(hook.state.remote())["serving"]  # doctest: +SKIP
+        'a100'
+    """
+
+    def __init__(self, ladder: Mapping[str, Any], options: Mapping[str, Any] | None = None,
+                 constraints: Mapping[str, Any] | None = None) -> None:
+        self.ladder = Ladder.from_dict(dict(ladder))
+        self.options = AutoscaleOptions.model_validate(dict(options or {}))
+        self.constraints = Constraints.model_validate(dict(constraints)) if constraints else None
+        self.planner = AutoscalePlanner(self.ladder, self.options, self.constraints)
+        saved = sources.load_state(self.ladder.name) or {}
+        if saved.get("planner") and not saved.get("stopped"):
+            self.planner.restore(saved["planner"])
+        self.restarts = int(saved.get("restarts", -1)) + 1 if not saved.get("stopped") else 0
+        self.interval_s = self.options.interval_s or self.ladder.policy.probe_interval_s
+        self.version = int(saved.get("version", 0))
+        self.events: list[dict[str, Any]] = list(saved.get("events", []))[-MAX_EVENTS:]
+        self._fingerprint: Any = None
+        self._sent: Any = None
+        self._sent_at = 0.0
+        self._state: dict[str, Any] = {}
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._subscribers: dict[str, tuple[Any, str]] = {}
+        self._pending: dict[str, Any] = {}
+        self._sub_lock = threading.Lock()
+        self.last_error: str | None = None
+        self._thread = threading.Thread(target=self._loop, name="ladder-autoscale", daemon=True)
+        self._thread.start()
+
+    # --- loop ----------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.step()
+                self.last_error = None
+            except Exception as err:  # keep steering; the CLI shows the error
+                self.last_error = f"{type(err).__name__}: {err}"
+                logger.exception("autoscale hook step failed")
+            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+
+    def step(self) -> dict[str, Any]:
+        """One observation and request (the loop calls it every ``interval_s``)."""
+        now = time.time()  # wall clock: the autoscaler's records use it
+        plan = self.planner.step(sources.present_placements(self.ladder),
+                                 sources.read_launch_failures(), now)
+        request = (plan.bundles, plan.label_selectors)
+        if request != self._sent or now - self._sent_at >= RESEND_S:
+            sources.submit_request(self.ladder.name, plan.bundles, plan.label_selectors, now)
+            self._sent, self._sent_at = request, now
+        self.events = (self.events + plan.events)[-MAX_EVENTS:]
+        state = self.planner.state()
+        fingerprint = (state["serving"], state["target"],
+                       [(r["status"], r["role"], r["target_bundles"], r["failures"])
+                        for r in state["rungs"].values()])
+        changed = fingerprint != self._fingerprint
+        if changed:
+            self.version += 1
+            self._fingerprint = fingerprint
+        state.update(version=self.version, time=now, interval_s=self.interval_s,
+                     restarts=self.restarts, request=plan.bundles, events=self.events,
+                     options=self.options.model_dump(), last_error=self.last_error,
+                     planner=self.planner.dump(), stopped=False)
+        with self._cond:
+            self._state = state
+            self._cond.notify_all()
+        sources.save_state(self.ladder.name, state)
+        if changed:
+            self._notify(state)
+        return state
+
+    # --- consumers -----------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """The latest state: ``serving``, ``target``, ``version`` and per-rung ``rungs``."""
+        with self._cond:
+            return dict(self._state)
+
+    def wait_for_change(self, version: int, timeout_s: float = 30.0) -> dict[str, Any]:
+        """Return the state once its ``version`` differs from ``version`` (or at timeout)."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._state.get("version") == version or not self._state:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stop.is_set():
+                    break
+                self._cond.wait(left)
+            return dict(self._state)
+
+    def subscribe(self, handle: Any, method: str = "on_autoscale", key: str | None = None
+                  ) -> dict[str, Any]:
+        """Call ``handle.<method>.remote(state)`` on each change; returns the state now."""
+        key = key or str(getattr(handle, "_actor_id", id(handle)))
+        state = self.state()
+        with self._sub_lock:
+            self._subscribers[key] = (handle, method)
+            if state:
+                self._call(key, handle, method, state)
+        return state
+
+    def unsubscribe(self, key: str) -> bool:
+        """Stop notifying ``key``; returns whether it was subscribed."""
+        self._pending.pop(key, None)
+        return self._subscribers.pop(key, None) is not None
+
+    def _notify(self, state: dict[str, Any]) -> None:
+        with self._sub_lock:
+            for key, (handle, method) in list(self._subscribers.items()):
+                self._call(key, handle, method, state)
+
+    def _call(self, key: str, handle: Any, method: str, state: dict[str, Any]) -> None:
+        import ray
+
+        previous = self._pending.get(key)
+        if previous is not None:
+            ready, _ = ray.wait([previous], timeout=0)
+            if ready:
+                try:
+                    ray.get(ready[0])
+                except ray.exceptions.RayActorError:  # subscriber gone: forget it
+                    self._pending.pop(key, None)
+                    self._subscribers.pop(key, None)
+                    return
+                except Exception:  # its handler failed: keep notifying
+                    logger.warning("subscriber %s failed on a change", key, exc_info=True)
+        try:
+            self._pending[key] = getattr(handle, method).remote(state)
+        except Exception:
+            logger.warning("cannot notify subscriber %s", key, exc_info=True)
+
+    def stop(self) -> None:
+        """Stop steering and withdraw this ladder's node request."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+        sources.withdraw_request(self.ladder.name)
+        with self._cond:
+            self._state = {**self._state, "stopped": True}
+            self._cond.notify_all()
+        sources.save_state(self.ladder.name, self._state)
+
+
+def start_hook(ladder: Ladder | str, options: AutoscaleOptions | Mapping[str, Any] | None = None,
+               constraints: Constraints | None = None, *, detached: bool = True,
+               namespace: str = HOOK_NAMESPACE) -> Any:
+    """Start (or find) the hook actor of ``ladder`` on the head node; returns its handle.
+
+    The actor is named ``ladder-autoscale-<ladder>`` in namespace ``ray_ladder``, detached
+    (it outlives the driver), restarted by Ray if it dies (it resumes from the state it
+    published), and takes no CPU. An existing hook is returned as it is.
+
+    Example:
+        >>> hook = start_hook("examples/ladders/gpu-serving.yaml")  # doctest: +SKIP
+    """
+    import ray
+
+    lad = as_ladder(ladder)
+    opts = options if isinstance(options, AutoscaleOptions) else \
+        AutoscaleOptions.model_validate(dict(options or {}))
+    actor = ray.remote(AutoscaleHook).options(  # type: ignore[attr-defined]
+        name=hook_name(lad.name), namespace=namespace, get_if_exists=True,
+        lifetime="detached" if detached else None, max_restarts=-1, max_task_retries=-1,
+        num_cpus=0, max_concurrency=64,
+        # The head never leaves the cluster (the autoscaler does not remove it).
+        resources={"node:__internal_head__": 0.001},
+    )
+    return actor.remote(lad.model_dump(mode="json"), opts.model_dump(mode="json"),
+                        constraints.model_dump(mode="json") if constraints else None)
+
+
+def get_hook(ladder: str, namespace: str = HOOK_NAMESPACE) -> Any:
+    """The running hook actor of ladder ``ladder`` (``ValueError`` when there is none)."""
+    import ray
+
+    return ray.get_actor(hook_name(ladder), namespace=namespace)
+
+
+def stop_hook(ladder: str, namespace: str = HOOK_NAMESPACE, timeout_s: float = 30.0) -> bool:
+    """Stop ``ladder``'s hook, withdraw its request and kill the actor; False if none ran."""
+    import ray
+
+    try:
+        handle = get_hook(ladder, namespace)
+    except ValueError:
+        return False
+    try:
+        ray.get(handle.stop.remote(), timeout=timeout_s)
+    finally:
+        ray.kill(handle, no_restart=True)
+    return True
+
+
+def hook_state(ladder: str | None = None) -> dict[str, dict[str, Any]]:
+    """Published hook states by ladder name (all ladders when ``ladder`` is None)."""
+    from ray.experimental.internal_kv import _internal_kv_list
+
+    if ladder is not None:
+        state = sources.load_state(ladder)
+        return {ladder: state} if state else {}
+    out = {}
+    for key in _internal_kv_list(sources.STATE_PREFIX, namespace=sources.KV_NAMESPACE):
+        name = (key.decode() if isinstance(key, bytes) else key)[len(sources.STATE_PREFIX):]
+        state = sources.load_state(name)
+        if state:
+            out[name] = state
+    return out

@@ -1,0 +1,317 @@
+"""The autoscale planner: which rungs to ask the cloud for, from nodes and refusals seen."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ray_ladder.constraints import Constraints
+from ray_ladder.events import TransitionEvent
+from ray_ladder.placement import demand
+from ray_ladder.selector import Decision, Selector
+from ray_ladder.spec import Ladder
+
+Status = Literal["idle", "requested", "probing", "stocked_out", "up"]
+Role = Literal["serving", "warming", "draining", "released", "none"]
+MAX_EVENTS = 50
+
+
+class AutoscaleOptions(BaseModel):
+    """How the autoscaler hook asks for nodes and backs off after a stock-out.
+
+    Example:
+        >>> AutoscaleOptions(retry_initial_s=5, retry_max_s=60).retry_delay_s(3)
+        20.0
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    node_types: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Rung -> autoscaler node types that host it (default: the node type "
+        "named after the rung, as `ray-ladder render` writes it).")
+    bundles_per_rung: int = Field(1, ge=1, description="Placements of a rung to request.")
+    provision_timeout_s: float = Field(
+        300.0, gt=0, description="A requested rung with no node after this long counts as "
+        "stocked out even without a refusal record.")
+    retry_initial_s: float = Field(
+        30.0, gt=0, description="Wait before the first retry of a stocked-out rung.")
+    retry_max_s: float = Field(600.0, gt=0, description="Longest wait between retries.")
+    retry_multiplier: float = Field(2.0, ge=1, description="Backoff growth per refusal.")
+    drain_s: float = Field(
+        10.0, ge=0, description="Seconds a lesser rung keeps its node request after traffic "
+        "moved up (in-flight work finishes) before it is released.")
+    interval_s: float | None = Field(
+        None, gt=0, description="Seconds between hook steps (default: the ladder policy's "
+        "probe_interval_s).")
+    promotion_hysteresis: int | None = Field(
+        None, ge=1, description="Override the ladder policy's promotion_hysteresis.")
+
+    @model_validator(mode="after")
+    def _check(self) -> AutoscaleOptions:
+        if self.retry_max_s < self.retry_initial_s:
+            raise ValueError(f"retry_max_s ({self.retry_max_s}) must be >= retry_initial_s "
+                             f"({self.retry_initial_s})")
+        return self
+
+    def retry_delay_s(self, failures: int) -> float:
+        """Backoff after ``failures`` consecutive refusals (1 -> ``retry_initial_s``)."""
+        exponent = max(failures - 1, 0)
+        return float(min(self.retry_max_s,
+                         self.retry_initial_s * self.retry_multiplier ** exponent))
+
+
+@dataclass(frozen=True)
+class LaunchFailure:
+    """One failed node launch, as Ray's autoscaler recorded it.
+
+    Attributes:
+        node_type: Autoscaler node type.
+        time: Unix time of the attempt (whole seconds in autoscaler v1).
+        category: Short error label, e.g. ``InsufficientInstanceCapacity``.
+        description: The provider's message.
+    """
+
+    node_type: str
+    time: float
+    category: str = ""
+    description: str = ""
+
+
+@dataclass
+class RungState:
+    """What the hook knows and wants of one rung (the CLI prints these fields)."""
+
+    name: str
+    node_types: list[str]
+    status: Status = "idle"
+    role: Role = "none"
+    nodes: int = 0
+    target_bundles: int = 0
+    failures: int = 0
+    last_stockout: float | None = None
+    last_stockout_reason: str | None = None
+    next_retry: float | None = None
+    requested_since: float | None = None
+    keep_until: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The outcome of one planner step.
+
+    Attributes:
+        time: The step's clock.
+        serving: Rung work should go to now (the selector's choice).
+        target: Best rung the hook is asking the cloud for (``None``: all stocked out).
+        bundles: The resource request for Ray's autoscaler (all requested rungs).
+        label_selectors: One label selector per bundle (autoscaler v2 label demand).
+        events: What happened in this step (dicts with ``kind``, ``rung``, ``reason``).
+        decision: The selector's decision.
+    """
+
+    time: float
+    serving: str | None
+    target: str | None
+    bundles: list[dict[str, float]]
+    label_selectors: list[dict[str, str]]
+    events: list[dict[str, Any]]
+    decision: Decision
+
+
+@dataclass
+class _Memory:
+    last_failure: dict[str, float] = field(default_factory=dict)
+
+
+class AutoscalePlanner:
+    """Decides which rungs' nodes to request from Ray's autoscaler, step by step.
+
+    Pure and deterministic (clock passed in, no Ray). Each :meth:`step` takes how many
+    placements of each rung the cluster holds and the launch failures Ray's autoscaler
+    recorded, and returns the request to make. The rules:
+
+    * The *target* is the best eligible rung not stocked out: its nodes are requested.
+    * A refusal recorded for a requested rung's node type after it was requested (or no
+      node within ``provision_timeout_s``) marks it stocked out: the target moves down
+      at once, and the rung is retried after a backoff that grows per refusal
+      (``retry_initial_s`` x ``retry_multiplier`` ^ n, at most ``retry_max_s``).
+    * The rung work goes to (*serving*) comes from the one :class:`Selector`: it falls at
+      once and climbs after ``promotion_hysteresis`` observations of a better rung's node.
+    * Better rungs whose node joined are kept (*warming*); once serving moved above a
+      rung it is *draining* for ``drain_s``, then its request is *released* so Ray's idle
+      timeout returns the node.
+
+    Example:
+        >>> planner = AutoscalePlanner(ladder, AutoscaleOptions())  # doctest: +SKIP
+        >>> plan = planner.step({"cpu": 1}, [], now=0.0)  # doctest: +SKIP
+        >>> plan.target, plan.bundles  # doctest: +SKIP
+        ('h100', [{'ladder/h100': 1.0}])
+    """
+
+    def __init__(self, ladder: Ladder, options: AutoscaleOptions | None = None,
+                 constraints: Constraints | None = None) -> None:
+        self.ladder = ladder
+        self.options = options or AutoscaleOptions()
+        unknown = set(self.options.node_types) - set(ladder.names)
+        if unknown:
+            raise ValueError(f"node_types names unknown rung(s) {sorted(unknown)}; "
+                             f"rungs: {ladder.names}")
+        self._events: list[dict[str, Any]] = []
+        self.selector = Selector(ladder, constraints, on_event=self._on_transition,
+                                 promotion_hysteresis=self.options.promotion_hysteresis)
+        self.rungs: dict[str, RungState] = {
+            r.name: RungState(r.name, list(self.options.node_types.get(r.name, [r.name])))
+            for r in ladder.eligible(constraints) if r.is_compute
+        }
+        self._memory = _Memory()
+        self.serving: str | None = None
+        self.target: str | None = None
+
+    # --- one step ------------------------------------------------------------------------
+
+    def step(self, present: Mapping[str, int], failures: Iterable[LaunchFailure],
+             now: float) -> Plan:
+        """Advance by one observation.
+
+        Args:
+            present: Rung -> placements its alive nodes can host (0 or missing: none).
+            failures: Launch failures Ray's autoscaler reports (old ones are ignored).
+            now: Unix time (the autoscaler's records use the same clock).
+        """
+        self._events = []
+        self._take_failures(failures, now)
+        for st in self.rungs.values():
+            self._observe_nodes(st, int(present.get(st.name, 0)), now)
+            if st.status in ("requested", "probing") and st.requested_since is not None \
+                    and now - st.requested_since >= self.options.provision_timeout_s:
+                self._stockout(st, now, f"no node within provision_timeout_s "
+                                        f"({self.options.provision_timeout_s:g} s)")
+            if st.status == "stocked_out" and st.next_retry is not None \
+                    and now >= st.next_retry:
+                st.status, st.requested_since = "probing", now
+                self._event(now, "probe", st.name, f"retry #{st.failures} after backoff")
+        decision = self.selector.observe({n: s.nodes > 0 for n, s in self.rungs.items()}, now)
+        self.serving = decision.rung
+        self.target = next((n for n, s in self.rungs.items() if s.status != "stocked_out"),
+                           None)
+        bundles, selectors = self._request(now)
+        return Plan(now, self.serving, self.target, bundles, selectors, list(self._events),
+                    decision)
+
+    def _take_failures(self, failures: Iterable[LaunchFailure], now: float) -> None:
+        seen = self._memory.last_failure
+        by_type: dict[str, list[RungState]] = {}
+        for st in self.rungs.values():
+            for t in st.node_types:
+                by_type.setdefault(t, []).append(st)
+        for f in sorted(failures, key=lambda f: f.time):
+            if f.time <= seen.get(f.node_type, -math.inf):
+                continue
+            seen[f.node_type] = f.time
+            for st in by_type.get(f.node_type, []):
+                # v1 records whole seconds: an attempt in the second of the request counts.
+                if st.status in ("requested", "probing") and st.requested_since is not None \
+                        and f.time >= math.floor(st.requested_since):
+                    reason = f"{f.category}: {f.description}" if f.category else f.description
+                    self._stockout(st, now, reason or "launch failed", when=f.time)
+
+    def _observe_nodes(self, st: RungState, nodes: int, now: float) -> None:
+        st.nodes = nodes
+        if nodes > 0 and st.status != "up":
+            if st.status != "idle":
+                self._event(now, "node-joined", st.name, f"{nodes} placement(s) now hosted")
+            st.status, st.failures, st.next_retry, st.requested_since = "up", 0, None, None
+        elif nodes == 0 and st.status == "up":
+            st.status = "idle"
+            self._event(now, "node-lost", st.name, "no alive node hosts it any more")
+
+    def _stockout(self, st: RungState, now: float, reason: str,
+                  when: float | None = None) -> None:
+        if st.status not in ("requested", "probing"):
+            return
+        st.failures += 1
+        st.status = "stocked_out"
+        st.last_stockout = now if when is None else when
+        st.last_stockout_reason = reason
+        st.next_retry = now + self.options.retry_delay_s(st.failures)
+        st.requested_since = None
+        self._event(now, "stockout", st.name, reason)
+
+    def _request(self, now: float) -> tuple[list[dict[str, float]], list[dict[str, str]]]:
+        names = list(self.rungs)
+        serving_idx = names.index(self.serving) if self.serving in self.rungs else len(names)
+        bundles: list[dict[str, float]] = []
+        selectors: list[dict[str, str]] = []
+        for i, (name, st) in enumerate(self.rungs.items()):
+            warming = st.status == "up" and i < serving_idx
+            needed = (name == self.target or name == self.serving or warming
+                      or st.status == "probing")
+            if needed or st.status != "up":
+                st.keep_until = None  # only a rung with nodes has work to drain
+            elif st.target_bundles and st.keep_until is None:
+                st.keep_until = now + self.options.drain_s  # drain from the first step unneeded
+            keep = needed or (st.keep_until is not None and now < st.keep_until)
+            if keep and st.status == "idle":
+                st.status, st.requested_since = "requested", now
+                self._event(now, "requested", name, "asking the autoscaler for its node")
+            if not keep:
+                if st.target_bundles and st.status == "up":
+                    self._event(now, "released", name,
+                                "request released; Ray's idle timeout returns the node")
+                if st.status == "requested":
+                    st.status, st.requested_since = "idle", None
+                st.keep_until = None
+            st.role = ("serving" if name == self.serving else "warming" if warming
+                       else ("draining" if keep else "released") if st.status == "up"
+                       else "none")
+            st.target_bundles = self.options.bundles_per_rung if keep else 0
+            rung = self.ladder.rung(name)
+            for _ in range(st.target_bundles):
+                bundles.append(demand(rung))
+                selectors.append(dict(rung.label_selector))
+        return bundles, selectors
+
+    # --- events and state ----------------------------------------------------------------
+
+    def _event(self, time: float, kind: str, rung: str | None, reason: str) -> None:
+        self._events.append({"time": time, "ladder": self.ladder.name, "kind": kind,
+                             "rung": rung, "reason": reason})
+
+    def _on_transition(self, event: TransitionEvent) -> None:
+        kind = "alert" if event.kind == "alert" else \
+            {"up": "promoted", "down": "fell"}.get(event.direction or "", "selected")
+        self._events.append({**event.to_dict(), "kind": kind, "rung": event.to_rung})
+
+    def state(self) -> dict[str, Any]:
+        """Rung states, serving and target rungs (JSON-ready)."""
+        return {"ladder": self.ladder.name, "serving": self.serving, "target": self.target,
+                "rungs": {n: s.to_dict() for n, s in self.rungs.items()}}
+
+    def dump(self) -> dict[str, Any]:
+        """What a restarted hook needs to continue (backoffs, refusals already counted)."""
+        return {"rungs": {n: s.to_dict() for n, s in self.rungs.items()},
+                "last_failure": dict(self._memory.last_failure)}
+
+    def restore(self, data: Mapping[str, Any]) -> None:
+        """Continue from :meth:`dump` (the selector starts afresh: its first pick is free)."""
+        for name, saved in (data.get("rungs") or {}).items():
+            st = self.rungs.get(name)
+            if st is None:
+                continue
+            for key in ("status", "failures", "last_stockout", "last_stockout_reason",
+                        "next_retry", "requested_since", "keep_until"):
+                if key in saved:
+                    setattr(st, key, saved[key])
+            # Node presence is re-observed; a rung that was up is re-requested if needed.
+            if st.status == "up":
+                st.status = "idle"
+        self._memory.last_failure.update(data.get("last_failure") or {})

@@ -1,0 +1,159 @@
+"""What the hook reads from Ray (nodes, the autoscaler's failed launches) and writes (requests)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ray_ladder.autoscale.plan import LaunchFailure
+from ray_ladder.capacity import ray_node_states
+from ray_ladder.placement import ladder_capacity
+from ray_ladder.spec import Ladder
+
+logger = logging.getLogger(__name__)
+
+KV_NAMESPACE = "ray_ladder"
+REQUEST_PREFIX = "autoscale/request/"
+STATE_PREFIX = "autoscale/state/"
+#: A request entry not refreshed for this long belongs to a hook that is gone.
+REQUEST_STALE_S = 120.0
+
+
+def present_placements(ladder: Ladder) -> dict[str, int]:
+    """Rung -> placements the alive nodes can host (0: no node for it). Needs ray.init."""
+    return {name: cap.total for name, cap in ladder_capacity(ladder, ray_node_states()).items()}
+
+
+def autoscaler_v2_enabled() -> bool:
+    """Whether the cluster runs Ray's autoscaler v2."""
+    try:
+        from ray.autoscaler.v2.utils import is_autoscaler_v2
+
+        return bool(is_autoscaler_v2())
+    except Exception:  # older Ray or no GCS answer: v1
+        return False
+
+
+def launch_failures_v1(report: Mapping[str, Any]) -> list[LaunchFailure]:
+    """Failed launches in a v1 monitor status (``DEBUG_AUTOSCALING_STATUS``).
+
+    Source of truth: the autoscaler's ``NodeProviderAvailabilityTracker``, published as
+    ``autoscaler_report.node_availability_summary`` (latest attempt per node type).
+
+    Example:
+        >>> launch_failures_v1({"autoscaler_report": {"node_availability_summary": {
+        ...     "node_availabilities": {"h100": {"node_type": "h100", "is_available": False,
+        ...     "last_checked_timestamp": 12, "unavailable_node_information": {
+        ...     "category": "InsufficientInstanceCapacity", "description": "none"}}}}}})[0].time
+        12
+    """
+    summary = ((report.get("autoscaler_report") or {}).get("node_availability_summary")
+               or {})
+    out = []
+    for node_type, record in (summary.get("node_availabilities") or {}).items():
+        if record.get("is_available", True):
+            continue
+        info = record.get("unavailable_node_information") or {}
+        out.append(LaunchFailure(node_type, record.get("last_checked_timestamp", 0),
+                                 info.get("category", ""), info.get("description", "")))
+    return out
+
+
+def read_launch_failures() -> list[LaunchFailure]:
+    """The launch failures Ray's autoscaler (v1 or v2) records now. Needs ray.init."""
+    import ray
+
+    if autoscaler_v2_enabled():
+        from ray.autoscaler.v2.sdk import get_cluster_status
+
+        gcs = ray.get_runtime_context().gcs_address
+        status = get_cluster_status(gcs)
+        return [LaunchFailure(r.ray_node_type_name, float(r.failed_ts_s or r.request_ts_s),
+                              "LaunchFailed", r.details or "")
+                for r in status.failed_launches]
+    from ray._private import ray_constants
+    from ray.experimental.internal_kv import _internal_kv_get
+
+    raw = _internal_kv_get(ray_constants.DEBUG_AUTOSCALING_STATUS)
+    if not raw:
+        return []
+    try:
+        return launch_failures_v1(json.loads(raw))
+    except (ValueError, AttributeError):
+        logger.warning("unreadable autoscaler status; no launch failures read")
+        return []
+
+
+def _kv_put(key: str, value: Any) -> None:
+    from ray.experimental.internal_kv import _internal_kv_put
+
+    _internal_kv_put(key, json.dumps(value), overwrite=True, namespace=KV_NAMESPACE)
+
+
+def _kv_get(key: str) -> Any:
+    from ray.experimental.internal_kv import _internal_kv_get
+
+    raw = _internal_kv_get(key, namespace=KV_NAMESPACE)
+    return None if raw is None else json.loads(raw)
+
+
+def save_state(ladder: str, state: Mapping[str, Any]) -> None:
+    """Publish a hook's state (the CLI and a restarted hook read it)."""
+    _kv_put(STATE_PREFIX + ladder, state)
+
+
+def load_state(ladder: str) -> dict[str, Any] | None:
+    """The last state a hook published for ``ladder``, or None."""
+    return _kv_get(STATE_PREFIX + ladder)
+
+
+def _union(now: float, own_key: str | None = None) -> tuple[list[dict], list[dict]]:
+    from ray.experimental.internal_kv import _internal_kv_list
+
+    bundles: list[dict] = []
+    selectors: list[dict] = []
+    for key in sorted(_internal_kv_list(REQUEST_PREFIX, namespace=KV_NAMESPACE)):
+        name = key.decode() if isinstance(key, bytes) else key
+        entry = _kv_get(name)
+        if not entry or (name != own_key
+                         and now - float(entry.get("time", 0)) > REQUEST_STALE_S):
+            continue
+        bundles.extend(dict(b) for b in entry["bundles"])
+        selectors.extend(dict(s) for s in entry["label_selectors"])
+    return bundles, selectors
+
+
+def _send(bundles: list[dict], selectors: list[dict]) -> None:
+    from ray.autoscaler.sdk import request_resources
+
+    if any(selectors):  # label demand: autoscaler v2 launches by label, v1 ignores it
+        request_resources(bundles=bundles, bundle_label_selectors=selectors)
+    else:
+        request_resources(bundles=bundles)
+
+
+def submit_request(ladder: str, bundles: Sequence[Mapping[str, float]],
+                   label_selectors: Sequence[Mapping[str, str]], now: float) -> list[dict]:
+    """Record this ladder's node request and hand the union of all ladders' to Ray.
+
+    ``request_resources`` holds one cluster-wide request (each call replaces it), so every
+    hook stores its own part in Ray's KV and sends the union: ladders never erase each
+    other's requests. Returns the bundles sent.
+    """
+    key = REQUEST_PREFIX + ladder
+    _kv_put(key, {"time": now, "bundles": [dict(b) for b in bundles],
+                  "label_selectors": [dict(s) for s in label_selectors]})
+    all_bundles, all_selectors = _union(now, own_key=key)
+    _send(all_bundles, all_selectors)
+    return all_bundles
+
+
+def withdraw_request(ladder: str) -> None:
+    """Drop this ladder's part of the node request (other ladders' parts stay)."""
+    from ray.experimental.internal_kv import _internal_kv_del
+
+    _internal_kv_del(REQUEST_PREFIX + ladder, namespace=KV_NAMESPACE)
+    _send(*_union(time.time()))

@@ -1,0 +1,188 @@
+"""The hook against Ray's real autoscaler and a fake cloud that runs out of h100 nodes."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from ray_ladder import Ladder
+from ray_ladder.testing import wait_until
+
+pytestmark = pytest.mark.ray
+
+LADDER = Ladder.from_yaml("""
+name: fake-as
+policy: {promotion_hysteresis: 2, probe_interval_s: 0.5}
+rungs:
+  - {name: h100, resources: {ladder/h100: 1}}
+  - {name: a100, resources: {ladder/a100: 1}, quality: 0.9}
+  - {name: cpu, num_cpus: 1, quality: 0.5}
+""")
+OPTIONS = {"retry_initial_s": 4.0, "retry_max_s": 8.0, "provision_timeout_s": 60.0,
+           "drain_s": 1.0, "interval_s": 0.5}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    import ray
+
+    from ray_ladder.autoscale.fake_cluster import FakeAutoscalingCluster, fake_worker_type
+
+    c = FakeAutoscalingCluster(
+        {name: fake_worker_type({f"ladder/{name}": 1}, labels={"ladder.node-type": name})
+         for name in ("h100", "a100")},
+        head_resources={"CPU": 1}, schedule="h100 unavailable", idle_timeout_minutes=0.1)
+    c.start()
+    try:
+        ray.init(address=c.address, logging_level="WARNING", log_to_driver=False)
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+@pytest.fixture(scope="module")
+def hook(cluster):
+    from ray_ladder.autoscale import start_hook
+
+    return start_hook(LADDER, OPTIONS)
+
+
+class Consumer:
+    """Sends one small task every 0.2 s to the rung the hook says is serving."""
+
+    def __init__(self, hook) -> None:
+        import ray
+
+        @ray.remote(max_retries=0)
+        def where(rung: str) -> tuple[str, str]:
+            return rung, ray.get_runtime_context().get_node_labels().get("ladder.node-type", "")
+
+        self.hook, self.where = hook, where
+        self.sent: list[tuple[float, str | None, object]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import ray
+
+        while not self._stop.wait(0.2):
+            state = ray.get(self.hook.state.remote())
+            if not state:  # the hook has not made its first step yet
+                continue
+            rung = state["serving"]
+            ref = None if rung is None else \
+                self.where.options(**LADDER.rung(rung).placement()).remote(rung)
+            self.sent.append((time.time(), rung, ref))
+
+    def __enter__(self) -> Consumer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def results(self) -> list[tuple[str, str]]:
+        import ray
+
+        assert all(ref is not None for _, _, ref in self.sent), "no rung to send work to"
+        return ray.get([ref for _, _, ref in self.sent], timeout=60)
+
+
+def _state(hook) -> dict:
+    import ray
+
+    return ray.get(hook.state.remote())
+
+
+def _alive_types() -> set[str]:
+    import ray
+
+    return {n["Labels"].get("ladder.node-type") for n in ray.nodes() if n["Alive"]}
+
+
+def test_stockout_falls_back_then_climbs_back_without_losing_work(cluster, hook):
+    with Consumer(hook) as consumer:
+        # 1. h100 refused: the hook asks for a100 without a human, and work runs there.
+        wait_until(lambda: _state(hook).get("serving") == "a100", 120,
+                   message="serving on a100 after the h100 stock-out")
+        state = _state(hook)
+        h100 = state["rungs"]["h100"]
+        assert h100["status"] in ("stocked_out", "probing") and h100["failures"] >= 1
+        assert "InsufficientInstanceCapacity" in h100["last_stockout_reason"]
+        assert h100["next_retry"] is not None
+        events = cluster.events()
+        first_refusal = next(e["time"] for e in events if e["event"] == "refused")
+        a100_launch = next(e["time"] for e in events
+                           if e["event"] == "launched" and e["node_type"] == "a100")
+        assert first_refusal < a100_launch
+        assert not any(e["event"] == "launched" and e["node_type"] == "h100" for e in events)
+        # The standing request for h100 is damped: refusals come in bursts, not every second.
+        # 2. h100 comes back: the next probe gets it, traffic moves after the hysteresis.
+        cluster.set_schedule(None)
+        wait_until(lambda: _state(hook).get("serving") == "h100", 120,
+                   message="serving on h100 once it is allowed again")
+        # 3. The a100 request is released and Ray's idle timeout returns its node.
+        wait_until(lambda: "a100" not in _alive_types(), 120,
+                   message="a100 node released after the climb")
+        time.sleep(0.5)  # let the consumer send a few tasks to h100
+    results = consumer.results()  # raises if any task was lost
+    assert len(results) == len(consumer.sent) > 20
+    assert all(rung is not None for _, rung, _ in consumer.sent)
+    ran_on = [(rung, node) for rung, node in results]
+    # Every task ran on a node of its rung (cpu runs on the head).
+    assert all(node == (rung if rung != "cpu" else "head") for rung, node in ran_on)
+    order = [r for i, (r, _) in enumerate(ran_on) if i == 0 or ran_on[i - 1][0] != r]
+    assert order[-2:] == ["a100", "h100"]
+    kinds = [(e["kind"], e["rung"]) for e in _state(hook)["events"]]
+    assert ("stockout", "h100") in kinds and ("promoted", "h100") in kinds
+    assert ("released", "a100") in kinds
+    terminated = [e for e in cluster.events() if e["event"] == "terminated"]
+    assert [e["node_type"] for e in terminated] == ["a100"]
+
+
+def test_cli_status_prints_the_hook_state(cluster, hook):
+    from click.testing import CliRunner
+
+    from ray_ladder.cli import main
+
+    out = CliRunner().invoke(main, ["autoscale", "status", "--address", cluster.address,
+                                    "--ladder", "fake-as", "--json"])
+    assert out.exit_code == 0, out.output
+    state = json.loads(out.output)["fake-as"]
+    assert state["serving"] == "h100"
+    assert state["rungs"]["h100"]["status"] == "up"
+    assert {"status", "target_bundles", "last_stockout", "next_retry"} <= set(
+        state["rungs"]["a100"])
+    table = CliRunner().invoke(main, ["autoscale", "status", "--address", cluster.address])
+    assert table.exit_code == 0, table.output
+    assert "fake-as" in table.output and "h100" in table.output
+
+
+def test_hook_restarts_and_resumes_from_its_published_state(cluster, hook):
+    import ray
+
+    before = _state(hook)
+    ray.kill(hook, no_restart=False)
+    after = wait_until(lambda: _state(hook).get("restarts") == 1 and _state(hook), 60,
+                       message="hook restarted by Ray")
+    assert after["version"] >= before["version"]
+    assert after["serving"] == "h100"
+
+
+def test_shutdown_stops_every_process_it_started(cluster):
+    import ray
+
+    from ray_ladder.autoscale import stop_hook
+    from ray_ladder.autoscale.fake_cluster import _session_pids
+
+    assert stop_hook("fake-as")
+    ray.shutdown()
+    sid = cluster.sid
+    assert _session_pids(sid)  # head, monitor, the h100 node and workers
+    cluster.shutdown()
+    assert _session_pids(sid) == []
