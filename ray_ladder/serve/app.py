@@ -1,0 +1,222 @@
+"""Build the Serve application of a ladder: one deployment per compute rung + the router."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ray_ladder.context import RungContext
+from ray_ladder.serve.core import standby_replicas
+from ray_ladder.serve.replica import replica_class
+from ray_ladder.spec import Ladder, as_ladder
+
+#: Pins the router to the head node on any Ray cluster (Ray gives only the head this
+#: resource; Ray Train pins its state actor the same way), so it never dies with a rung.
+HEAD_NODE_RESOURCE = "node:__internal_head__"
+ROUTER_NAME = "LadderRouter"
+_POLICY = "ray_ladder.serve.scaling:StandbyPolicy"
+
+
+def _resolve_class(name: str, target: type | str) -> type:
+    if isinstance(target, type):
+        return target
+    if isinstance(target, str) and ":" in target:
+        module, _, attr = target.partition(":")
+        try:
+            value = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as err:
+            raise ValueError(f"rung {name!r}: cannot import {target!r}: {err}") from None
+        if isinstance(value, type):
+            return value
+        raise ValueError(f"rung {name!r}: {target!r} is a {type(value).__name__}, not a class")
+    raise ValueError(f"rung {name!r}: expected a class or 'module:Class', got {target!r}")
+
+
+def _merge(base: dict[str, Any], extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in (extra or {}).items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = value
+    return out
+
+
+def rung_deployment_options(ladder: Ladder, rung_name: str) -> dict[str, Any]:
+    """Serve options of one rung deployment: its placement and its standby floor.
+
+    Replicas ask for the rung's placement (``resources``, ``num_gpus``, ``num_cpus``,
+    ``accelerator_type``, ``label_selector``). Autoscaling starts at 0 replicas so that
+    deploying never waits on a rung that cannot be placed; :class:`StandbyPolicy` then
+    keeps ``standby_replicas`` warm (1 on the top rung, 0 below by default).
+
+    Example:
+        >>> rung_deployment_options(ladder, "h100")["ray_actor_options"]  # doctest: +SKIP
+        {'resources': {'ladder/h100': 1.0}}
+    """
+    rung = ladder.rung(rung_name)
+    standby = standby_replicas(ladder, rung)
+    return {
+        "name": rung.name,
+        "ray_actor_options": rung.placement(),
+        "autoscaling_config": {
+            "min_replicas": 0,
+            "initial_replicas": 0,
+            "max_replicas": max(1, standby),
+            "policy": {"policy_function": _POLICY, "policy_kwargs": {"standby": standby}},
+        },
+    }
+
+
+def build_app(
+    ladder: Ladder | str | Path,
+    rungs: Mapping[str, type | str],
+    *,
+    init_kwargs: Mapping[str, dict[str, Any]] | None = None,
+    max_body_bytes: int = 1_000_000,
+    name: str | None = None,
+    assign_timeout_s: float = 0.5,
+    request_timeout_s: float | None = None,
+    down_cooldown_s: float | None = None,
+    router_label_selector: Mapping[str, str] | None = None,
+    router_options: Mapping[str, Any] | None = None,
+    deployment_options: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Any:
+    """The Serve application of ``ladder``: ``serve.run(build_app(...))``.
+
+    Each compute rung becomes a deployment named after the rung, whose replicas ask for
+    the rung's placement and build ``rungs[name](RungContext, **init_kwargs[name])``.
+    The ingress is :class:`~ray_ladder.serve.LadderRouter`, pinned to the head node.
+
+    Args:
+        ladder: A :class:`~ray_ladder.Ladder` or the path of its YAML/JSON file.
+        rungs: Compute rung name -> its class (or ``"module:Class"``); every compute rung
+            needs one. The class takes ``(rung: RungContext, **init_kwargs)`` and its
+            ``__call__(payload)`` (sync or async) returns a JSON-serializable answer.
+        init_kwargs: Rung name -> extra keyword arguments of its class.
+        max_body_bytes: Larger HTTP bodies get 413.
+        name: The router deployment's name (default ``"LadderRouter"``).
+        assign_timeout_s: How long a request may wait for a warm rung's replica to take
+            it before the rung counts as failed (a dead replica shows this way). Cold
+            rungs get ``policy.pending_timeout_s``.
+        request_timeout_s: Limit on a rung's answer once taken (``None``: no limit).
+        down_cooldown_s: How long a failed rung stays down (default: 2 probe intervals,
+            at least 1 s).
+        router_label_selector: Pin the router with node labels instead of the head.
+        router_options: Extra Serve options of the router deployment.
+        deployment_options: Rung name -> extra Serve options of its deployment (merged,
+            e.g. ``{"h100": {"max_ongoing_requests": 32}}``).
+
+    Raises:
+        ValueError: a compute rung without class, a class for an unknown rung, or a
+            class without ``__call__``.
+
+    Example:
+        >>> app = build_app("examples/ladders/gpu-serving.yaml",
+        ...                 {"h100": BigModel, "a100": BigModel, "l4": SmallModel,
+        ...                  "cpu": TinyModel})  # doctest: +SKIP
+        >>> serve.run(app)  # doctest: +SKIP
+    """
+    from ray import serve
+
+    from ray_ladder.serve.router import LadderRouter
+
+    ladder = as_ladder(ladder)
+    compute = [r.name for r in ladder.rungs if r.is_compute]
+    missing = [n for n in compute if n not in rungs]
+    if missing:
+        raise ValueError(f"no class for compute rung(s) {missing} of ladder {ladder.name!r}; "
+                         f"give one for each of {compute}")
+    for label, given in (("rungs", rungs), ("init_kwargs", init_kwargs or {}),
+                         ("deployment_options", deployment_options or {})):
+        unknown = sorted(set(given) - set(compute))
+        if unknown:
+            raise ValueError(f"{label} names {unknown}, not compute rungs of ladder "
+                             f"{ladder.name!r}; compute rungs: {compute}")
+    if max_body_bytes < 1:
+        raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
+    if assign_timeout_s <= 0:
+        raise ValueError(f"assign_timeout_s must be > 0, got {assign_timeout_s}")
+
+    bound: dict[str, Any] = {}
+    for rung_name in compute:
+        cls = _resolve_class(rung_name, rungs[rung_name])
+        wrapper = replica_class(cls)
+        options = _merge(rung_deployment_options(ladder, rung_name),
+                         (deployment_options or {}).get(rung_name))
+        bound[rung_name] = serve.deployment(wrapper).options(**options).bind(
+            cls, RungContext.of(ladder, rung_name), dict((init_kwargs or {}).get(rung_name, {})))
+
+    actor_options: dict[str, Any] = {"num_cpus": 0}
+    if router_label_selector is not None:
+        actor_options["label_selector"] = dict(router_label_selector)
+    else:
+        actor_options["resources"] = {HEAD_NODE_RESOURCE: 0.001}
+    router = _merge({"name": name or ROUTER_NAME, "num_replicas": 1,
+                     "max_ongoing_requests": 1000, "ray_actor_options": actor_options},
+                    router_options)
+    options = {
+        "max_body_bytes": max_body_bytes,
+        "assign_timeout_s": assign_timeout_s,
+        "request_timeout_s": request_timeout_s,
+        "down_cooldown_s": down_cooldown_s,
+    }
+    return serve.deployment(LadderRouter).options(**router).bind(
+        ladder.model_dump_json(), bound, {n: n for n in compute}, options)
+
+
+class LadderAppArgs(BaseModel):
+    """Arguments of :func:`app_builder` (the ``args:`` of a Serve config application).
+
+    Example:
+        >>> LadderAppArgs(ladder="ladder.yaml", rungs={"cpu": "my_models:Tiny"})
+        ... # doctest: +ELLIPSIS
+        LadderAppArgs(ladder='ladder.yaml', rungs={'cpu': 'my_models:Tiny'}, ...)
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ladder: str = Field(description="Path of the ladder YAML/JSON file.")
+    rungs: dict[str, str] = Field(description="Compute rung name -> 'module:Class'.")
+    init_kwargs: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Rung name -> keyword arguments of its class.")
+    max_body_bytes: int = Field(1_000_000, ge=1, description="Larger bodies get 413.")
+    name: str | None = Field(None, description="Router deployment name.")
+    assign_timeout_s: float = Field(0.5, gt=0, description="See build_app.")
+    request_timeout_s: float | None = Field(None, gt=0, description="See build_app.")
+    down_cooldown_s: float | None = Field(None, gt=0, description="See build_app.")
+    router_label_selector: dict[str, str] | None = Field(
+        None, description="Pin the router with node labels instead of the head.")
+    deployment_options: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Rung name -> extra Serve deployment options.")
+
+
+def app_builder(args: dict[str, Any]) -> Any:
+    """Serve application builder: ``import_path: ray_ladder.serve:app_builder``.
+
+    ``args`` are :class:`LadderAppArgs` (``ladder`` path, ``rungs`` import paths, ...).
+    A relative ladder path is read from the working directory of the process that
+    builds the app (``serve run``'s, or the ``runtime_env`` working_dir).
+
+    Example:
+        >>> app = app_builder({"ladder": "examples/ladders/gpu-serving.yaml",
+        ...                    "rungs": {"h100": "examples.serve_app:BigModel"}})
+        ... # doctest: +SKIP
+    """
+    parsed = args if isinstance(args, LadderAppArgs) else LadderAppArgs.model_validate(args)
+    return build_app(
+        parsed.ladder,
+        parsed.rungs,
+        init_kwargs=parsed.init_kwargs,
+        max_body_bytes=parsed.max_body_bytes,
+        name=parsed.name,
+        assign_timeout_s=parsed.assign_timeout_s,
+        request_timeout_s=parsed.request_timeout_s,
+        down_cooldown_s=parsed.down_cooldown_s,
+        router_label_selector=parsed.router_label_selector,
+        deployment_options=parsed.deployment_options,
+    )

@@ -1,0 +1,210 @@
+"""The router's state without Ray: observations in, rung choices out (clock passed in)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ray_ladder.constraints import Constraints
+from ray_ladder.events import TransitionEvent
+from ray_ladder.selector import Decision, Selector
+from ray_ladder.spec import Ladder, Rung
+
+_DEFAULT_KEY: tuple[object, ...] = ("<none>",)
+
+
+def standby_replicas(ladder: Ladder, rung: Rung) -> int:
+    """Replicas kept warm for ``rung``: its ``standby_replicas``, else 1 on top, 0 below.
+
+    Example:
+        >>> standby_replicas(ladder, ladder.rungs[0])  # doctest: +SKIP
+        1
+    """
+    if not rung.is_compute:
+        return 0
+    if rung.standby_replicas is not None:
+        return rung.standby_replicas
+    return 1 if ladder.index(rung.name) == 0 else 0
+
+
+class RouterState:
+    """Which rung each request gets, from what the router observes.
+
+    A compute rung is *obtainable* when the router has not just seen it fail (a failure
+    marks it down for ``down_cooldown_s``), the capacity view says an alive node can host
+    it, and either its deployment has a RUNNING replica or it keeps no standby replica
+    (a *cold* rung: the first request waits for a replica to start). A rung with standby
+    replicas counts only once one of them runs, so the ladder never climbs onto a replica
+    that is still starting.
+
+    Every decision is made by :class:`~ray_ladder.Selector`: one for requests without
+    constraints (its transitions are the ladder's events and metrics) and one per
+    distinct set of constraints seen (bounded, least recently used dropped). All of them
+    are fed the same observations.
+
+    Args:
+        ladder: The ladder.
+        down_cooldown_s: How long a failure keeps a rung unobtainable.
+        on_event: Called with each event of the unconstrained selector.
+        max_selectors: Most constrained selectors kept.
+        max_events: Recent events kept for :meth:`snapshot`.
+
+    Example:
+        >>> state = RouterState(ladder, down_cooldown_s=2.0)  # doctest: +SKIP
+        >>> state.observe({"h100": 1}, {"h100": True}, now=0.0).rung  # doctest: +SKIP
+        'h100'
+    """
+
+    def __init__(
+        self,
+        ladder: Ladder,
+        *,
+        down_cooldown_s: float,
+        on_event: Callable[[TransitionEvent], None] | None = None,
+        max_selectors: int = 256,
+        max_events: int = 100,
+    ) -> None:
+        if down_cooldown_s <= 0:
+            raise ValueError(f"down_cooldown_s must be > 0, got {down_cooldown_s}")
+        self.ladder = ladder
+        self.down_cooldown_s = down_cooldown_s
+        self._on_event = on_event
+        self._standby = {r.name: standby_replicas(ladder, r) for r in ladder.rungs}
+        self._compute = [r.name for r in ladder.rungs if r.is_compute]
+        self._running: dict[str, int] = {}
+        self._placeable: dict[str, bool] = {}
+        self._down: dict[str, tuple[float, str]] = {}
+        self._obtainable: dict[str, bool] = {}
+        self.events: deque[TransitionEvent] = deque(maxlen=max_events)
+        self._max_selectors = max_selectors
+        self._selectors: OrderedDict[tuple[object, ...], Selector] = OrderedDict()
+        self._decisions: dict[tuple[object, ...], Decision] = {}
+        self._selectors[_DEFAULT_KEY] = Selector(ladder, None, on_event=self._record)
+        self.observations = 0
+
+    # --- observations ------------------------------------------------------------------
+
+    def _record(self, event: TransitionEvent) -> None:
+        self.events.append(event)
+        if self._on_event is not None:
+            self._on_event(event)
+
+    def obtainable(self, now: float) -> dict[str, bool]:
+        """Rung name -> obtainable now, as fed to the selectors."""
+        out = {}
+        for name in self._compute:
+            down = self._down.get(name)
+            if down is not None and down[0] > now:
+                out[name] = False
+            elif not self._placeable.get(name, False):
+                out[name] = False  # no alive node can host it (a RUNNING count may lag)
+            else:
+                out[name] = self._running.get(name, 0) > 0 or self._standby[name] == 0
+        return out
+
+    def _observe_all(self, now: float) -> Decision:
+        self._obtainable = self.obtainable(now)
+        self.observations += 1
+        for key, selector in self._selectors.items():
+            self._decisions[key] = selector.observe(self._obtainable, now)
+        return self._decisions[_DEFAULT_KEY]
+
+    def observe(self, running: Mapping[str, int], placeable: Mapping[str, bool],
+                now: float) -> Decision:
+        """Feed one probe: RUNNING replicas per rung and capacity per rung.
+
+        Returns the unconstrained selector's decision.
+        """
+        self._running = dict(running)
+        self._placeable = dict(placeable)
+        for name in [n for n, (until, _) in self._down.items() if until <= now]:
+            del self._down[name]
+        return self._observe_all(now)
+
+    def mark_down(self, rung: str, reason: str, now: float) -> Decision:
+        """A request saw ``rung`` fail: unobtainable for the cooldown, re-observe at once."""
+        self._down[rung] = (now + self.down_cooldown_s, reason)
+        return self._observe_all(now)
+
+    # --- choices -----------------------------------------------------------------------
+
+    def selector(self, constraints: Constraints | None, now: float) -> Selector:
+        """The selector for ``constraints`` (created and fed the last observation)."""
+        key = _DEFAULT_KEY if constraints is None or constraints.empty else constraints.key()
+        selector = self._selectors.get(key)
+        if selector is None:
+            selector = Selector(self.ladder, constraints)
+            self._decisions[key] = selector.observe(self._obtainable, now)
+            self._selectors[key] = selector
+            while len(self._selectors) > self._max_selectors + 1:
+                for old in self._selectors:
+                    if old != _DEFAULT_KEY:
+                        del self._selectors[old]
+                        self._decisions.pop(old, None)
+                        break
+        elif key != _DEFAULT_KEY:
+            self._selectors.move_to_end(key)
+        return selector
+
+    def degraded_s(self, constraints: Constraints | None) -> float:
+        """Seconds below the best eligible rung for ``constraints``, at the last observation."""
+        key = _DEFAULT_KEY if constraints is None or constraints.empty else constraints.key()
+        decision = self._decisions.get(key)
+        return decision.degraded_s if decision is not None else 0.0
+
+    def is_warm(self, rung: str) -> bool:
+        """Whether ``rung`` had a RUNNING replica at the last probe."""
+        return self._running.get(rung, 0) > 0
+
+    def to_prime(self) -> list[str]:
+        """Cold rungs worth starting: obtainable, no RUNNING replica, and above a
+        selector's current rung (so the ladder can climb to a warm replica)."""
+        wanted: set[str] = set()
+        for selector in self._selectors.values():
+            current = selector.current
+            for name in selector.eligible:
+                if name == current:
+                    break
+                if name in self._standby and self._obtainable.get(name) \
+                        and not self.is_warm(name):
+                    wanted.add(name)
+        return [n for n in self._compute if n in wanted]
+
+    # --- reporting ---------------------------------------------------------------------
+
+    @property
+    def current(self) -> str | None:
+        """The unconstrained selector's rung."""
+        return self._selectors[_DEFAULT_KEY].current
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        """JSON-ready state for ``GET /-/ladder``."""
+        default = self._selectors[_DEFAULT_KEY]
+        rungs = []
+        for rung in self.ladder.rungs:
+            down = self._down.get(rung.name)
+            rungs.append({
+                "name": rung.name,
+                "kind": rung.kind,
+                "obtainable": True if not rung.is_compute
+                else self._obtainable.get(rung.name, False),
+                "running_replicas": self._running.get(rung.name, 0) if rung.is_compute
+                else None,
+                "standby_replicas": self._standby[rung.name] if rung.is_compute else None,
+                "down_for_s": round(down[0] - now, 3) if down and down[0] > now else 0.0,
+                "down_reason": down[1] if down and down[0] > now else None,
+                "streak": default.streak(rung.name) if rung.name in default.eligible else 0,
+            })
+        current = default.current
+        return {
+            "ladder": self.ladder.name,
+            "current": current,
+            "current_index": self.ladder.index(current) if current is not None else -1,
+            "degraded_s": round(self.degraded_s(None), 3),
+            "promotion_hysteresis": default.hysteresis,
+            "probe_interval_s": self.ladder.policy.probe_interval_s,
+            "observations": self.observations,
+            "rungs": rungs,
+            "events": [e.to_dict() for e in self.events],
+        }

@@ -1,0 +1,48 @@
+"""The deployment class of a compute rung: wraps the user's rung class."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from ray_ladder.context import RungContext
+
+
+class RungReplica:
+    """Serve replica of one compute rung (sync user ``__call__``).
+
+    Builds ``user_cls(rung, **init_kwargs)`` once and answers ``__call__(payload)`` with
+    it. ``ladder_ping`` lets the router start a cold replica without running the model.
+
+    Example:
+        >>> RungReplica(EchoModel, RungContext(name="cpu", index=0, ladder="x"), {})
+        ... # doctest: +SKIP
+    """
+
+    def __init__(self, user_cls: type, rung: RungContext, init_kwargs: dict[str, Any]):
+        self.rung = rung
+        self.model = user_cls(rung, **init_kwargs)
+
+    def __call__(self, payload: Any) -> Any:
+        return self.model(payload)
+
+    def ladder_ping(self) -> str:
+        """Answer at once (the router primes cold rungs with it)."""
+        return self.rung.name
+
+
+class AsyncRungReplica(RungReplica):
+    """Serve replica of one compute rung whose user ``__call__`` is ``async``."""
+
+    async def __call__(self, payload: Any) -> Any:  # type: ignore[override]
+        return await self.model(payload)
+
+
+def replica_class(user_cls: type) -> type[RungReplica]:
+    """The wrapper matching ``user_cls.__call__`` (sync or async)."""
+    if not isinstance(user_cls, type):
+        raise TypeError(f"a rung needs a class, got {type(user_cls).__name__}")
+    call = next((vars(k)["__call__"] for k in user_cls.__mro__ if "__call__" in vars(k)), None)
+    if call is None:
+        raise TypeError(f"rung class {user_cls.__name__} has no __call__(self, payload)")
+    return AsyncRungReplica if inspect.iscoroutinefunction(call) else RungReplica

@@ -1,0 +1,295 @@
+"""The ladder router deployment: one rung per request, fall over at once, climb back damped."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from ray_ladder.capacity import CapacityView
+from ray_ladder.constraints import Constraints
+from ray_ladder.exceptions import Attempt, LadderExhaustedError
+from ray_ladder.serve import http
+from ray_ladder.serve.cache import AnswerCache, payload_key
+from ray_ladder.serve.core import RouterState
+from ray_ladder.serve.errors import RungFailed, failure_reason
+from ray_ladder.serve.metrics import LadderMetrics, configure_event_logging
+from ray_ladder.serve.result import LadderResult
+from ray_ladder.spec import Ladder
+
+logger = logging.getLogger("ray_ladder.serve")
+
+
+class LadderRouter:
+    """Ingress deployment of a ladder app: HTTP ``POST /``, ``GET /-/ladder`` and ``predict``.
+
+    For each request it takes the rung the shared :class:`~ray_ladder.Selector` picked
+    for the request's constraints and calls that rung's deployment. If the rung fails the
+    request (replica or node died, actor unavailable, no replica took it within
+    ``assign_timeout_s``), the rung is marked down, the selectors are fed that
+    observation at once, and the same request goes to the rung they pick next. Every
+    ``probe_interval_s`` a background task reads which rung deployments have RUNNING
+    replicas (``serve.status()``) and which rungs an alive node can host
+    (:class:`~ray_ladder.CapacityView`); requests never call the GCS.
+
+    Built by :func:`ray_ladder.serve.build_app`; not meant to be bound by hand.
+
+    Example:
+        >>> handle = serve.run(build_app("ladder.yaml", {"h100": Big, "cpu": Tiny}))
+        ... # doctest: +SKIP
+        >>> handle.predict.remote({"prompt": "hi"}).result().rung  # doctest: +SKIP
+        'h100'
+    """
+
+    async def __init__(  # type: ignore[misc]  # Serve awaits an async constructor
+        self,
+        ladder_json: str,
+        handles: Mapping[str, Any],
+        deployments: Mapping[str, str],
+        options: Mapping[str, Any],
+    ) -> None:
+        self.ladder = Ladder.from_json(ladder_json)
+        policy = self.ladder.policy
+        self._handles = dict(handles)
+        self._ping = {name: h.options(method_name="ladder_ping") for name, h in handles.items()}
+        self._deployments = dict(deployments)
+        self._max_body_bytes = int(options["max_body_bytes"])
+        self._assign_timeout_s = float(options["assign_timeout_s"])
+        self._request_timeout_s = options.get("request_timeout_s")
+        cooldown = options.get("down_cooldown_s") or max(1.0, 2 * policy.probe_interval_s)
+        self._app_name = options.get("app_name")
+        configure_event_logging()
+        self._metrics = LadderMetrics(self.ladder, enabled=options.get("metrics", True))
+        self._state = RouterState(self.ladder, down_cooldown_s=cooldown,
+                                  on_event=self._metrics.event)
+        cache_rung = next((r for r in self.ladder.rungs if r.kind == "cache"), None)
+        self._cache: AnswerCache | None = None
+        if cache_rung is not None:
+            settings = cache_rung.cache
+            self._cache = (AnswerCache(settings.max_entries, settings.ttl_s) if settings
+                           else AnswerCache())
+        self._view = CapacityView(self.ladder, refresh_interval_s=policy.probe_interval_s)
+        self._priming: set[str] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._probe_errors = 0
+        try:
+            await asyncio.wait_for(self._probe(), timeout=30)
+        except Exception:  # start anyway: the loop below keeps probing
+            logger.exception("first ladder probe failed")
+        self._loop_task = asyncio.get_running_loop().create_task(self._probe_loop())
+
+    def __del__(self) -> None:
+        # Serve calls this when it stops the replica: stop probing first.
+        task = getattr(self, "_loop_task", None)
+        if task is not None:
+            task.cancel()
+
+    # --- observations ------------------------------------------------------------------
+
+    def _app(self) -> str:
+        if self._app_name is None:
+            from ray import serve
+
+            self._app_name = serve.get_replica_context().app_name
+        return self._app_name
+
+    def _read_running(self) -> dict[str, int]:
+        """RUNNING replicas per rung, from the Serve controller (one call per probe)."""
+        from ray import serve
+
+        app = serve.status().applications.get(self._app())
+        running: dict[str, int] = {}
+        for rung, deployment in self._deployments.items():
+            status = app.deployments.get(deployment) if app is not None else None
+            states = status.replica_states if status is not None else {}
+            running[rung] = sum(n for s, n in states.items()
+                                if getattr(s, "value", s) == "RUNNING")
+        return running
+
+    async def _probe(self) -> None:
+        running = await asyncio.to_thread(self._read_running)
+        snapshot = await asyncio.to_thread(self._view.refresh)
+        decision = self._state.observe(running, snapshot.obtainable, time.time())
+        self._metrics.decision(decision)
+        for rung in self._state.to_prime():
+            if rung not in self._priming:
+                self._priming.add(rung)
+                self._spawn(self._prime(rung))
+
+    async def _probe_loop(self) -> None:
+        interval = self.ladder.policy.probe_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._probe()
+            except RuntimeError as err:
+                if "shutdown" in str(err):  # the replica is stopping
+                    return
+                self._probe_errors += 1
+                logger.warning("ladder probe failed", exc_info=True)
+            except Exception:  # keep the last observation; a later probe may work
+                self._probe_errors += 1
+                logger.warning("ladder probe failed", exc_info=True)
+
+    async def _prime(self, rung: str) -> None:
+        """Ask a cold rung for a replica (Serve scales from zero on a queued request)."""
+        try:
+            await asyncio.wait_for(self._ping[rung].remote(),
+                                   self.ladder.policy.pending_timeout_s)
+        except Exception:  # a prime that fails is retried at a later probe
+            logger.debug("priming %s failed", rung, exc_info=True)
+        finally:
+            self._priming.discard(rung)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- requests ----------------------------------------------------------------------
+
+    async def _call(self, rung: str, payload: Any) -> Any:
+        """Run ``payload`` on ``rung``; :class:`RungFailed` when the rung cannot answer."""
+        warm = self._state.is_warm(rung)
+        assign_s = self._assign_timeout_s if warm else max(
+            self._assign_timeout_s, self.ladder.policy.pending_timeout_s)
+        response = self._handles[rung].remote(payload)
+        try:
+            # Two phases: a dead replica shows as a request no replica takes, so that
+            # wait is short; the answer itself may take as long as the model needs.
+            replica_result = await asyncio.wait_for(
+                response._fetch_future_result_async(), assign_s)
+            return await asyncio.wait_for(replica_result.get_async(),
+                                          self._request_timeout_s)
+        except asyncio.TimeoutError:
+            response.cancel()
+            phase = "no replica took the request" if response._replica_result is None \
+                else "no answer"
+            limit = assign_s if response._replica_result is None else self._request_timeout_s
+            raise RungFailed(f"{phase} within {limit:g}s") from None
+        except asyncio.CancelledError:
+            response.cancel()
+            raise
+        except Exception as err:
+            reason = failure_reason(err)
+            if reason is None:
+                raise
+            raise RungFailed(reason) from err
+
+    def _failed(self, rung: str, reason: str) -> None:
+        decision = self._state.mark_down(rung, reason, time.time())
+        self._metrics.decision(decision)
+        logger.warning("rung %s failed a request (%s); marked down", rung, reason)
+
+    async def answer(self, payload: Any, constraints: Constraints | None) -> LadderResult:
+        """Answer ``payload`` from the best rung that can; raise when none can."""
+        selector = self._state.selector(constraints, time.time())
+        key = payload_key(payload) if self._cache is not None else None
+        attempts: list[Attempt] = []
+        tried: set[str] = set()
+        eligible = selector.eligible
+        name = selector.current
+        while name is not None and name not in tried:
+            tried.add(name)
+            rung = self.ladder.rung(name)
+            if rung.kind == "compute":
+                try:
+                    value = await self._call(name, payload)
+                except RungFailed as failed:
+                    attempts.append(Attempt(name, failed.reason, time.time()))
+                    self._failed(name, failed.reason)
+                    name = selector.current
+                    continue
+                if self._cache is not None:
+                    self._cache.put(key, constraints, value, rung, time.time())
+                self._metrics.request(name)
+                return LadderResult(value, name, False, self._state.degraded_s(constraints))
+            if rung.kind == "cache":
+                hit = self._cache.get(key, constraints, time.time()) if self._cache else None
+                if hit is not None:
+                    self._metrics.request(name)
+                    return LadderResult(hit.value, name, True,
+                                        self._state.degraded_s(constraints), hit.producer.name)
+                attempts.append(Attempt(name, "no fresh cached answer for this request",
+                                        time.time()))
+                # A miss is per request, not a ladder move: go on to the rung below.
+                below = eligible[eligible.index(name) + 1:]
+                name = below[0] if below else None
+                continue
+            attempts.append(Attempt(name, "shed: no capacity for this request, try later",
+                                    time.time()))
+            break
+        if not attempts:
+            attempts.append(Attempt(None, "no eligible rung is obtainable", time.time()))
+        self._metrics.request(self._shed_rung(attempts) or http.EXHAUSTED)
+        raise LadderExhaustedError(self.ladder.name, attempts, self.ladder.policy.retry_after_s)
+
+    def _shed_rung(self, attempts: list[Attempt]) -> str | None:
+        """The shed rung's name when it gave the answer, else ``None`` (exhausted)."""
+        last = attempts[-1].rung if attempts else None
+        if last is not None and last in self.ladder.names \
+                and self.ladder.rung(last).kind == "shed":
+            return last
+        return None
+
+    async def predict(self, payload: Any, jurisdiction: str | None = None,
+                      max_cost_per_hour: float | None = None, min_quality: float | None = None,
+                      sites: list[str] | tuple[str, ...] | None = None) -> LadderResult:
+        """Handle interface: answer ``payload`` under keyword constraints.
+
+        Raises:
+            InvalidConstraintsError: a malformed or unknown constraint value.
+            LadderExhaustedError: shed, or every eligible rung is gone.
+        """
+        constraints = http.make_constraints(
+            self.ladder, jurisdiction=jurisdiction, max_cost_per_hour=max_cost_per_hour,
+            min_quality=min_quality, sites=sites)
+        return await self.answer(payload, constraints)
+
+    def state(self) -> dict[str, Any]:
+        """The ladder's state (what ``GET /-/ladder`` returns)."""
+        out = self._state.snapshot(time.time())
+        out["metrics"] = self._metrics.snapshot()
+        out["cache_entries"] = len(self._cache) if self._cache is not None else None
+        out["probe_errors"] = self._probe_errors
+        return out
+
+    async def __call__(self, request: Any) -> Any:
+        from starlette.responses import JSONResponse, Response
+
+        path = request.url.path.rstrip("/")
+        if path.endswith("/-/ladder"):
+            if request.method != "GET":
+                return JSONResponse({"error": "use GET"}, 405, headers={"Allow": "GET"})
+            return JSONResponse(self.state())
+        if request.method != "POST":
+            return JSONResponse({"error": f"{request.method} not allowed: POST a JSON body"},
+                                405, headers={"Allow": "POST"})
+        try:
+            constraints = http.constraints_from_headers(request.headers, self.ladder)
+            http.check_length(request.headers.get("content-length"), self._max_body_bytes)
+            payload = http.parse_body(await request.body(), self._max_body_bytes)
+        except http.HttpError as err:
+            return JSONResponse(err.body(), err.status, headers=err.headers)
+        degraded = self._state.degraded_s(constraints)
+        try:
+            result = await self.answer(payload, constraints)
+        except LadderExhaustedError as err:
+            body, headers = http.unavailable(err, self._shed_rung(err.attempts), degraded)
+            return JSONResponse(body, 503, headers=headers)
+        except ValueError as err:  # the rung class refused the payload
+            return JSONResponse({"error": f"rejected by the rung: {err}"}, 400)
+        except Exception as err:  # a bug in a rung class: say so, with the rung's message
+            logger.exception("rung raised")
+            return JSONResponse({"error": f"rung error: {type(err).__name__}: {err}"}, 500)
+        try:
+            body_bytes = json.dumps(result.value).encode()
+        except (TypeError, ValueError):
+            return JSONResponse({"error": f"rung {result.rung} returned a value that is "
+                                          "not JSON"}, 500)
+        headers = http.answer_headers(result.rung, result.degraded_s, stale=result.stale,
+                                      source_rung=result.source_rung)
+        return Response(body_bytes, 200, headers=headers, media_type="application/json")

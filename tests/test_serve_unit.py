@@ -1,0 +1,330 @@
+"""Serve ladder, pure parts: answer cache, HTTP rules, router state, app building (no cluster)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from ray_ladder import Constraints, InvalidConstraintsError, Ladder, LadderExhaustedError
+from ray_ladder.exceptions import Attempt
+from ray_ladder.serve import http
+from ray_ladder.serve.cache import AnswerCache, payload_key
+from ray_ladder.serve.core import RouterState, standby_replicas
+from ray_ladder.serve.result import LadderResult
+
+LADDER = Ladder.from_yaml("""
+name: unit
+policy: {promotion_hysteresis: 2, probe_interval_s: 0.5, retry_after_s: 7.5}
+rungs:
+  - {name: h100, resources: {ladder/h100: 1}, tags: {jurisdiction: us, site: cloud},
+     cost_per_hour: 10}
+  - {name: a100, resources: {ladder/a100: 1}, tags: {jurisdiction: eu, site: onprem},
+     quality: 0.9, cost_per_hour: 4, standby_replicas: 1}
+  - {name: l4, resources: {ladder/l4: 1}, tags: {jurisdiction: eu, site: onprem},
+     quality: 0.8, cost_per_hour: 1}
+  - {name: cache, kind: cache, quality: 0.3, cache: {max_entries: 2, ttl_s: 10}}
+  - {name: shed, kind: shed, quality: 0}
+""")
+H100, A100, L4 = (LADDER.rung(n) for n in ("h100", "a100", "l4"))
+EU = Constraints(jurisdiction="eu")
+
+
+# --- the answer cache --------------------------------------------------------------------
+
+def test_payload_key_is_canonical_and_skips_non_json():
+    assert payload_key({"b": 1, "a": 2}) == payload_key({"a": 2, "b": 1})
+    assert payload_key({"x": object()}) is None
+    assert payload_key(float("nan")) is None
+
+
+def test_cache_serves_fresh_answers_and_expires_them():
+    cache = AnswerCache(max_entries=10, ttl_s=5)
+    cache.put("k", None, {"y": 1}, H100, now=100.0)
+    hit = cache.get("k", None, now=104.9)
+    assert hit is not None and hit.value == {"y": 1} and hit.producer.name == "h100"
+    assert cache.get("k", None, now=105.0) is None  # ttl reached
+    assert len(cache) == 0  # expired entries are dropped
+
+
+def test_cache_is_bounded_least_recently_used_first():
+    cache = AnswerCache(max_entries=2, ttl_s=60)
+    cache.put("a", None, 1, H100, now=0)
+    cache.put("b", None, 2, H100, now=0)
+    assert cache.get("a", None, now=1) is not None  # "a" is now the most recent
+    cache.put("c", None, 3, H100, now=2)
+    assert cache.get("b", None, now=3) is None
+    assert [cache.get(k, None, now=3).value for k in ("a", "c")] == [1, 3]
+
+
+def test_cache_never_gives_an_eu_request_an_answer_made_outside_eu():
+    cache = AnswerCache(max_entries=10, ttl_s=60)
+    cache.put("k", None, "from-us", H100, now=0)
+    assert cache.get("k", EU, now=1) is None
+    assert cache.get("k", None, now=1).value == "from-us"
+    cache.put("k", EU, "from-eu", A100, now=2)
+    assert cache.get("k", EU, now=3).value == "from-eu"
+    # An unconstrained answer produced on an eu rung is fine for an eu request.
+    cache.put("j", None, "eu-made", A100, now=4)
+    assert cache.get("j", EU, now=5).value == "eu-made"
+
+
+def test_cache_checks_every_constraint_of_the_producer():
+    cache = AnswerCache(max_entries=10, ttl_s=60)
+    cache.put("k", None, "pricey", H100, now=0)
+    assert cache.get("k", Constraints(max_cost_per_hour=5.0), now=1) is None
+    assert cache.get("k", Constraints(sites=("onprem",)), now=1) is None
+    assert cache.get("k", Constraints(min_quality=0.95), now=1).value == "pricey"
+
+
+def test_cache_rejects_bad_bounds():
+    with pytest.raises(ValueError, match="max_entries"):
+        AnswerCache(max_entries=0)
+    with pytest.raises(ValueError, match="ttl_s"):
+        AnswerCache(ttl_s=0)
+
+
+# --- HTTP rules ---------------------------------------------------------------------------
+
+def test_headers_become_constraints_case_insensitively():
+    c = http.constraints_from_headers({"X-LADDER-JURISDICTION": "eu", "x-ladder-max-cost": "5",
+                                       "X-Ladder-Min-Quality": " 0.5 ",
+                                       "X-Ladder-Sites": "onprem, cloud"}, LADDER)
+    assert c == Constraints(jurisdiction="eu", max_cost_per_hour=5.0, min_quality=0.5,
+                            sites=("onprem", "cloud"))
+    assert http.constraints_from_headers({"content-type": "application/json"}, LADDER) is None
+
+
+@pytest.mark.parametrize("headers, fragment", [
+    ({"X-Ladder-Jurisdiction": "mars"}, "unknown jurisdiction"),
+    ({"X-Ladder-Jurisdiction": ""}, "unknown jurisdiction"),
+    ({"X-Ladder-Max-Cost": "cheap"}, "must be a number"),
+    ({"X-Ladder-Max-Cost": "-1"}, "max_cost_per_hour"),
+    ({"X-Ladder-Min-Quality": "2"}, "min_quality"),
+    ({"X-Ladder-Min-Quality": "nan"}, "must be a number"),
+    ({"X-Ladder-Sites": "moon"}, "unknown site"),
+])
+def test_bad_constraint_headers_are_400(headers, fragment):
+    with pytest.raises(http.HttpError) as info:
+        http.constraints_from_headers(headers, LADDER)
+    assert info.value.status == 400
+    assert fragment in info.value.message
+
+
+def test_make_constraints_raises_typed_errors_for_handle_callers():
+    assert http.make_constraints(LADDER) is None
+    with pytest.raises(InvalidConstraintsError, match="unknown jurisdiction"):
+        http.make_constraints(LADDER, jurisdiction="mars")
+    with pytest.raises(InvalidConstraintsError, match="min_quality"):
+        http.make_constraints(LADDER, min_quality=1.5)
+    with pytest.raises(InvalidConstraintsError):
+        http.make_constraints(LADDER, max_cost_per_hour="abc")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("body, status", [
+    (b"{not json", 400), (b"", 400), (b"   ", 400), (b"\xff\xfe", 400),
+    (b"[" * 100_000, 400), (b"x" * 1_000_001, 413),
+])
+def test_bad_bodies_are_4xx(body, status):
+    with pytest.raises(http.HttpError) as info:
+        http.parse_body(body, max_body_bytes=1_000_000)
+    assert info.value.status == status
+
+
+def test_declared_length_over_limit_is_413_before_reading():
+    with pytest.raises(http.HttpError) as info:
+        http.check_length("5000", 100)
+    assert info.value.status == 413
+    with pytest.raises(http.HttpError) as info:
+        http.check_length("lots", 100)
+    assert info.value.status == 400
+    http.check_length(None, 100)
+    http.check_length("100", 100)
+
+
+def test_good_body_parses_to_the_payload():
+    assert http.parse_body(b'{"prompt": "hi", "n": [1, 2]}', 100) == {"prompt": "hi", "n": [1, 2]}
+
+
+def test_answer_and_unavailable_headers():
+    assert http.answer_headers("cache", 3.25, stale=True, source_rung="a100") == {
+        "X-Ladder-Rung": "cache", "X-Ladder-Degraded-S": "3.250", "X-Ladder-Stale": "true",
+        "X-Ladder-Source-Rung": "a100"}
+    err = LadderExhaustedError("unit", [Attempt("h100", "ActorDiedError", 1.0),
+                                        Attempt("shed", "shed", 2.0)], 7.5)
+    body, headers = http.unavailable(err, "shed", 1.0)
+    assert headers["Retry-After"] == "8" and headers["X-Ladder-Rung"] == "shed"
+    assert [a["rung"] for a in body["attempts"]] == ["h100", "shed"]
+    _, headers = http.unavailable(LadderExhaustedError("unit", [], 0.2), None, 0.0)
+    assert headers["Retry-After"] == "1" and headers["X-Ladder-Rung"] == http.EXHAUSTED
+
+
+# --- router state --------------------------------------------------------------------------
+
+def _state(**kw) -> RouterState:
+    return RouterState(LADDER, down_cooldown_s=kw.pop("cooldown", 1.0), **kw)
+
+
+ALL_UP = {"h100": True, "a100": True, "l4": True}
+
+
+def test_standby_defaults_to_one_on_top_and_zero_below():
+    assert [standby_replicas(LADDER, r) for r in LADDER.rungs] == [1, 1, 0, 0, 0]
+
+
+def test_obtainable_needs_capacity_and_a_running_replica_unless_cold():
+    state = _state()
+    state.observe({"h100": 0, "a100": 1, "l4": 0}, ALL_UP, now=0)
+    # h100 keeps a standby replica: it counts once that replica runs, not while starting.
+    # l4 keeps none: it is a cold rung, obtainable while a node can host it.
+    assert state.obtainable(0) == {"h100": False, "a100": True, "l4": True}
+    state.observe({"h100": 1, "a100": 1, "l4": 0}, {**ALL_UP, "h100": False, "l4": False}, 1)
+    # A RUNNING count may lag a dead node: no capacity wins.
+    assert state.obtainable(1) == {"h100": False, "a100": True, "l4": False}
+
+
+def test_failure_falls_at_once_and_cooldown_then_hysteresis_climb_back():
+    events = []
+    state = _state(cooldown=1.0, on_event=events.append)
+    running = {"h100": 1, "a100": 1, "l4": 0}
+    assert state.observe(running, ALL_UP, now=0).rung == "h100"
+    decision = state.mark_down("h100", "ActorDiedError", now=0.1)
+    assert decision.rung == "a100" and decision.direction == "down"
+    assert state.selector(None, 0.1).current == "a100"
+    assert state.observe(running, ALL_UP, now=0.5).rung == "a100"  # still cooling down
+    assert state.observe(running, ALL_UP, now=1.2).rung == "a100"  # streak 1 of 2
+    decision = state.observe(running, ALL_UP, now=1.7)
+    assert decision.rung == "h100" and decision.direction == "up"
+    assert [(e.from_rung, e.to_rung) for e in events if e.kind == "transition"] == [
+        (None, "h100"), ("h100", "a100"), ("a100", "h100")]
+
+
+def test_constrained_requests_get_their_own_selector_on_shared_observations():
+    state = _state()
+    state.observe({"h100": 1, "a100": 1, "l4": 0}, ALL_UP, now=0)
+    assert state.selector(EU, 0).current == "a100"
+    assert state.selector(None, 0).current == "h100"
+    state.mark_down("a100", "gone", now=1)
+    assert state.selector(EU, 1).current == "l4"  # cold, but a node can host it
+    assert state.selector(None, 1).current == "h100"
+    assert state.degraded_s(EU) == 0.0  # first decision of the eu selector was its best
+
+
+def test_exhausted_when_every_compute_rung_is_gone_falls_to_cache():
+    state = _state()
+    nothing = {"h100": False, "a100": False, "l4": False}
+    assert state.observe({}, nothing, now=0).rung == "cache"
+    assert state.selector(Constraints(min_quality=0.5), 0).current == "shed"
+
+
+def test_to_prime_names_cold_rungs_above_the_current_one():
+    state = _state()
+    state.observe({"h100": 0, "a100": 1, "l4": 0}, ALL_UP, now=0)
+    assert state.current == "a100"
+    assert state.to_prime() == []  # h100 is starting (standby); l4 is below
+    state.observe({"h100": 0, "a100": 0, "l4": 0}, {**ALL_UP, "a100": False}, now=1)
+    assert state.current == "l4"
+    state.observe({"h100": 0, "a100": 0, "l4": 0}, ALL_UP, now=2)
+    assert state.to_prime() == []  # a100 keeps a standby: Serve starts it, no prime needed
+
+
+def test_selectors_are_bounded():
+    state = _state(max_selectors=2)
+    state.observe({"h100": 1, "a100": 1}, ALL_UP, now=0)
+    for cost in (1.0, 2.0, 3.0, 4.0):
+        state.selector(Constraints(max_cost_per_hour=cost), 0)
+    assert len(state._selectors) == 3  # the unconstrained one is always kept
+
+
+def test_snapshot_is_json_ready():
+    import json
+
+    state = _state()
+    state.observe({"h100": 1, "a100": 1, "l4": 0}, ALL_UP, now=0)
+    state.mark_down("h100", "ActorDiedError: node died", now=1)
+    snap = json.loads(json.dumps(state.snapshot(1.5)))
+    assert snap["current"] == "a100" and snap["current_index"] == 1
+    h100 = snap["rungs"][0]
+    assert h100["down_reason"] == "ActorDiedError: node died" and h100["down_for_s"] == 0.5
+    assert [e["to"] for e in snap["events"]] == ["h100", "a100"]
+
+
+def test_cooldown_must_be_positive():
+    with pytest.raises(ValueError, match="down_cooldown_s"):
+        RouterState(LADDER, down_cooldown_s=0)
+
+
+# --- result, app building -------------------------------------------------------------------
+
+def test_ladder_result_is_frozen():
+    result = LadderResult({"y": 1}, "h100")
+    assert (result.stale, result.degraded_s, result.source_rung) == (False, 0.0, None)
+    with pytest.raises(AttributeError):
+        result.rung = "a100"  # type: ignore[misc]
+
+
+def test_serve_package_import_stays_ray_free():
+    code = ("import sys; import ray_ladder.serve, ray_ladder.serve.cache, "
+            "ray_ladder.serve.http, ray_ladder.serve.core; print('ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
+
+
+class Model:
+    def __init__(self, rung, **kwargs):
+        self.rung = rung
+
+    def __call__(self, payload):
+        return payload
+
+
+def test_build_app_names_missing_and_unknown_rungs():
+    from ray_ladder.serve import build_app
+
+    with pytest.raises(ValueError, match=r"no class for compute rung\(s\) \['a100', 'l4'\]"):
+        build_app(LADDER, {"h100": Model})
+    with pytest.raises(ValueError, match=r"rungs names \['cache'\]"):
+        build_app(LADDER, {"h100": Model, "a100": Model, "l4": Model, "cache": Model})
+    with pytest.raises(ValueError, match=r"init_kwargs names \['tpu'\]"):
+        build_app(LADDER, {"h100": Model, "a100": Model, "l4": Model},
+                  init_kwargs={"tpu": {}})
+    with pytest.raises(TypeError, match="no __call__"):
+        build_app(LADDER, {"h100": object, "a100": Model, "l4": Model})
+    with pytest.raises(ValueError, match="cannot import"):
+        build_app(LADDER, {"h100": "no_such_module:X", "a100": Model, "l4": Model})
+
+
+def test_rung_deployments_carry_placement_and_standby():
+    from ray_ladder.serve.app import rung_deployment_options
+
+    opts = rung_deployment_options(LADDER, "a100")
+    assert opts["name"] == "a100"
+    assert opts["ray_actor_options"] == {"resources": {"ladder/a100": 1.0}}
+    scaling = opts["autoscaling_config"]
+    assert (scaling["min_replicas"], scaling["initial_replicas"]) == (0, 0)
+    assert scaling["policy"]["policy_kwargs"] == {"standby": 1}
+
+
+def test_standby_policy_floors_serves_decision():
+    from types import SimpleNamespace
+
+    from ray_ladder.serve.scaling import StandbyPolicy
+
+    ctx = SimpleNamespace(current_num_replicas=0, target_num_replicas=0, total_num_requests=0,
+                          policy_state={}, config=None)
+    assert StandbyPolicy(standby=2)(ctx)[0] == 2
+    assert StandbyPolicy(standby=0)(ctx)[0] == 0
+
+
+def test_app_builder_validates_its_args(tmp_path):
+    from ray_ladder.serve import app_builder
+
+    path = tmp_path / "ladder.yaml"
+    path.write_text(LADDER.to_yaml())
+    model = f"{__name__}:Model"
+    with pytest.raises(ValueError, match="extra"):
+        app_builder({"ladder": str(path), "rungs": {}, "colour": "blue"})
+    with pytest.raises(ValueError, match="no class"):
+        app_builder({"ladder": str(path), "rungs": {"h100": model}})
