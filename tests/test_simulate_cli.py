@@ -117,3 +117,11 @@ def test_real_traces_with_the_gpu_serving_ladder(gpu_ladder, traces_dir: Path) -
     assert h1.rung_fraction["h100"] == pytest.approx(0.480, abs=0.0005)
     climbs = [r.policy(h).climbs for h in (1, 3, 10)]
     assert climbs == sorted(climbs, reverse=True) and climbs[-1] < climbs[0]
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(45, "45s"), (600, "10m"), (750, "12m30s"),
+                                               (6000, "1h40m"), (183600, "2d03h")])
+def test_durations_in_the_table_read_like_durations(seconds: float, text: str) -> None:
+    from ray_ladder.cli.simulate_cmd import fmt_s
+
+    assert fmt_s(seconds) == text

@@ -21,11 +21,11 @@ _TRACE_HELP = (
 
 
 def fmt_s(seconds: float) -> str:
-    """Seconds as a short human duration: 45s, 12m, 3h05m, 2d04h."""
+    """Seconds as a short human duration: 45s, 12m, 12m30s, 3h05m, 2d04h."""
     s = round(seconds)
     if s < 120:
         return f"{s}s"
-    if s < 7200:
+    if s < 3600:
         return f"{s // 60}m{s % 60:02d}s" if s % 60 else f"{s // 60}m"
     if s < 172800:
         return f"{s // 3600}h{s % 3600 // 60:02d}m"
