@@ -197,3 +197,14 @@ def test_report_json_shape() -> None:
             "cost_oracle"}
     assert all(keys <= set(p) for p in d["policies"])
     assert "replay" not in d["policies"][0]
+
+
+def test_constraints_replay_the_ladder_a_constrained_request_sees() -> None:
+    from ray_ladder import Constraints
+
+    r = simulate(ladder(), TRACES, constraints=Constraints(max_cost_per_hour=20.0))
+    p = r.policies[0]
+    assert [x["name"] for x in r.rungs] == [A, C, S]  # h100 (36/h) is never eligible
+    assert p.replay.served_per_tick() == [A, A, C, C, A, A, A, A, C, C]
+    assert p.degraded_s_total == 400  # degraded now means "below a100"
+    assert p.cost_always_top == pytest.approx(5.0)  # a100 for 1000 s at 18/h
