@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from ray_ladder import RungContext, load_ladder
-from ray_ladder.demo.__main__ import _to_demo_time, parse_args
+from ray_ladder.demo.__main__ import parse_args
 from ray_ladder.demo.load import LadderWatch, LoadGenerator, RequestRecord, parse_response
 from ray_ladder.demo.models import (
     DigitClassifier,
@@ -31,6 +31,7 @@ from ray_ladder.demo.report import (
     summary_view,
     write_summary,
 )
+from ray_ladder.demo.run import to_demo_time
 from ray_ladder.demo.story import DEFAULT_STORY, Step, StoryEvent, run_story
 from ray_ladder.testing import node_type_for_rung
 
@@ -185,7 +186,7 @@ def test_ladder_watch_deduplicates_repeated_events():
 
 
 def test_router_event_times_map_onto_demo_time():
-    convert = _to_demo_time(wall_t0=1_700_000_000.0, mono_t0=500.0)
+    convert = to_demo_time(wall_t0=1_700_000_000.0, mono_t0=500.0)
     assert convert({"time": 1_700_000_012.5}) == pytest.approx(12.5)
     assert convert({"time": 512.5}) == pytest.approx(12.5)
     assert convert({"time": "?", "seen_t": 7.0}) == 7.0
@@ -343,12 +344,17 @@ def test_summary_of_an_empty_log():
 def test_live_table_and_summary_render(tmp_path):
     console = Console(record=True, width=120, file=open(tmp_path / "out.txt", "w"))  # noqa: SIM115
     log = synthetic_log()
-    console.print(live_view(log, now=30.0, ladder=LADDER, story=STORY[:2],
-                            state={"current": "cpu", "degraded_s": 19.0}, next_step="h100 back"))
+    state = {"current": "cpu", "degraded_s": 19.0, "rungs": [
+        {"name": "h100", "obtainable": False, "running_replicas": 0},
+        {"name": "a100", "obtainable": False, "down_reason": "no replica took the request"},
+        {"name": "cpu", "obtainable": True, "running_replicas": 1}]}
+    console.print(live_view(log, now=30.0, ladder=LADDER, story=STORY[:2], state=state,
+                            next_step="h100 back"))
     console.print(summary_view(summarize(log, ladder=LADDER, story=STORY, model_accuracy={})))
     text = console.export_text()
     for word in ("cpu", "failed: 1", "router rung", "a100 preempted", "next: h100 back",
-                 "requests per rung", "transitions"):
+                 "requests per rung", "transitions", "up (1 replica)",
+                 "down: no replica took", "unobtainable (0 replicas)"):
         assert word in text
 
 
@@ -362,3 +368,16 @@ def test_timeline_png_is_written(tmp_path):
 def test_cli_defaults_match_make_demo():
     args = parse_args([])
     assert args.ladder == DEMO_LADDER and args.rate == 20.0 and args.out == Path("demo-out")
+
+
+def test_ray_notices_go_to_a_file_and_the_printer_is_restored(tmp_path):
+    import ray._private.worker as ray_worker
+
+    from ray_ladder.demo.run import ray_messages_to
+
+    original = ray_worker.print_to_stdstream
+    with ray_messages_to(tmp_path / "ray.log") as count:
+        ray_worker.print_to_stdstream({"lines": ["Raylet is terminated."], "pid": "raylet",
+                                       "is_err": False}, ignore_prefix=False)
+    assert ray_worker.print_to_stdstream is original
+    assert count == [1] and "Raylet is terminated." in (tmp_path / "ray.log").read_text()

@@ -38,17 +38,18 @@ def plot_timeline(records: Sequence[RequestRecord], story: Sequence[StoryEvent],
     if segs:
         xs = [s.start for s in segs] + [segs[-1].end]
         ys = [level[s.rung] for s in segs] + [level[segs[-1].rung]]
-        top.step(xs, ys, where="post", color="black", linewidth=2, label="serving rung")
+        top.step(xs, ys, where="post", color="black", linewidth=1.2, alpha=0.7,
+                 label="serving rung")
     for name in names:
         mine = [r for r in records if rung_of(r) == name]
         if mine:
-            top.scatter([r.t for r in mine], [level[name]] * len(mine), s=6, alpha=0.35,
+            top.scatter([r.t for r in mine], [level[name]] * len(mine), s=14, alpha=0.5,
                         color=_COLORS.get(name, "#17becf"), label=None)
             bottom.scatter([r.t for r in mine], [max(r.latency_s * 1000, 0.1) for r in mine],
                            s=6, alpha=0.6, color=_COLORS.get(name, "#17becf"),
                            label=f"{name} ({len(mine)})")
-    for t in transitions:
-        if t.get("kind", "transition") == "transition":
+    for t in transitions:  # the router's own moves (startup ones, before t=0, left out)
+        if t.get("kind", "transition") == "transition" and float(t["t"]) >= 0:
             top.axvline(float(t["t"]), color="gray", linestyle=":", linewidth=0.8)
     top.set_yticks(range(len(names)), names)
     top.set_ylim(len(names) - 0.5, -0.5)  # best rung on top
@@ -58,7 +59,11 @@ def plot_timeline(records: Sequence[RequestRecord], story: Sequence[StoryEvent],
     bottom.set_ylabel("latency (ms)")
     bottom.set_xlabel("seconds since traffic started")
     if records:
-        bottom.legend(loc="upper right", fontsize=8, markerscale=2, ncol=len(names))
+        bottom.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8,
+                      markerscale=2, ncol=len(names), frameon=False)
+    if records:
+        bottom.set_xlim(min(0.0, min(r.t for r in records)) - 1,
+                        max(r.t + r.latency_s for r in records) + 1)
     for ax in (top, bottom):
         ax.grid(True, alpha=0.3)
         for e in story:

@@ -214,19 +214,20 @@ def live_view(records: Sequence[RequestRecord], *, now: float, ladder: Sequence[
     table = Table(title=f"ladder demo  t={now:5.1f}s", title_justify="left",
                   caption=f"last {window_s:.0f} s of traffic", caption_justify="left")
     for col, justify in (("rung", "left"), ("share", "left"), ("req/s", "right"),
-                         ("p50 ms", "right"), ("total", "right")):
+                         ("p50 ms", "right"), ("total", "right"), ("router sees", "left")):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     names = [*ladder, *sorted({rung_of(r) for r in records} - set(ladder))]
+    seen = {r.get("name"): r for r in (state or {}).get("rungs", []) if isinstance(r, dict)}
     for name in names:
         mine = [r for r in recent if rung_of(r) == name]
         share = len(mine) / len(recent) if recent else 0.0
-        bar = "█" * round(share * 20)
+        bar = "█" * round(share * 10)
         total = sum(1 for r in records if rung_of(r) == name)
         style = "bold green" if share >= 0.5 else ("red" if name == "error" else "")
-        table.add_row(Text(name, style=style), f"{bar:<20} {share * 100:3.0f}%",
+        table.add_row(Text(name, style=style), f"{bar:<10} {share * 100:3.0f}%",
                       f"{len(mine) / window_s:.1f}",
                       _ms(percentile([r.latency_s * 1000 for r in mine], 50)), str(total),
-                      style=None if mine or total else "dim")
+                      _router_sees(seen.get(name)), style=None if mine or total else "dim")
     failed = sum(r.failed for r in records)
     shed = sum(r.shed for r in records)
     current = (state or {}).get("current") or (state or {}).get("rung") or "?"
@@ -243,6 +244,20 @@ def live_view(records: Sequence[RequestRecord], *, now: float, ladder: Sequence[
     if next_step:
         lines.append(Text(f"  next: {next_step}", style="dim"))
     return Group(*lines)
+
+
+def _router_sees(rung: Mapping[str, Any] | None) -> Text:
+    """``obtainable, 1 replica`` / ``down: <reason>`` from the router's state of a rung."""
+    if rung is None:
+        return Text("")
+    if rung.get("down_reason"):
+        return Text(f"down: {rung['down_reason']}"[:36], style="red")
+    replicas = rung.get("running_replicas")
+    extra = f" ({replicas} replica{'' if replicas == 1 else 's'})" \
+        if isinstance(replicas, int) else ""
+    if rung.get("obtainable"):
+        return Text(f"up{extra}", style="green")
+    return Text(f"unobtainable{extra}", style="red")
 
 
 def summary_view(summary: Mapping[str, Any]) -> RenderableType:
@@ -264,7 +279,8 @@ def summary_view(summary: Mapping[str, Any]) -> RenderableType:
                       f"{_ms(lat['p50'])} ms  p99 {_ms(lat['p99'])} ms   degraded "
                       f"{summary['degraded_s']:.1f} s   climb back "
                       + ("-" if summary["climb_back_s"] is None
-                         else f"{summary['climb_back_s']:.1f} s after h100 returned")))
+                         else f"{summary['climb_back_s']:.1f} s after {summary['ladder'][0]} "
+                              "returned")))
     lines.append(Text("story", style="bold"))
     for e in summary["story"]:
         lines.append(Text(f"  t={e['t']:6.2f}s  {e['label']} (took {e['took_s']:.2f} s)"))
@@ -272,8 +288,11 @@ def summary_view(summary: Mapping[str, Any]) -> RenderableType:
     source = "router events" if which == "transitions" else "seen in answers"
     lines.append(Text(f"transitions ({source})", style="bold"))
     for t in summary[which]:
-        lines.append(Text(f"  t={t['t']:6.2f}s  {t['from']} -> {t['to']}  ({t['after']})"
-                          + (f"  {t['reason']}" if t.get("reason") else "")))
+        move = ("alert" if t.get("kind") == "alert"
+                else f"{t['from'] or '-'} -> {t['to'] or '-'}")
+        lines.append(Text(f"  t={t['t']:6.2f}s  {move:<15} {t['after']:<30}"
+                          + (f" {t['reason']}" if t.get("reason") else ""),
+                          style="yellow" if t.get("kind") == "alert" else ""))
     for f in summary["failures"][:5]:
         lines.append(Text(f"  failed: {f}", style="red"))
     return Group(*lines)
