@@ -160,3 +160,12 @@ def test_options_are_strict():
         AutoscaleOptions(retry_initial=10)  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="unknown rung"):
         AutoscalePlanner(LADDER, AutoscaleOptions(node_types={"v100": ["x"]}))
+
+
+def test_static_rungs_are_used_while_present_and_never_requested():
+    p = AutoscalePlanner(LADDER, AutoscaleOptions(node_types={"h100": []}, drain_s=0))
+    plan = p.step({"cpu": 1, "h100": 1}, [], now=0.0)
+    assert plan.serving == "h100" and plan.target == "h100" and plan.bundles == []
+    plan = p.step({"cpu": 1}, [], now=1.0)  # the on-prem machine is busy or down
+    assert plan.serving == "cpu" and plan.target == "a100"
+    assert requested(plan)[0] == "a100" and p.rungs["h100"].status == "idle"

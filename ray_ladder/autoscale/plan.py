@@ -33,7 +33,8 @@ class AutoscaleOptions(BaseModel):
     node_types: dict[str, list[str]] = Field(
         default_factory=dict,
         description="Rung -> autoscaler node types that host it (default: the node type "
-        "named after the rung, as `ray-ladder render` writes it).")
+        "named after the rung, as `ray-ladder render` writes it). An empty list marks a "
+        "static rung (fixed on-prem machines): never requested, used while present.")
     bundles_per_rung: int = Field(1, ge=1, description="Placements of a rung to request.")
     provision_timeout_s: float = Field(
         300.0, gt=0, description="A requested rung with no node after this long counts as "
@@ -201,8 +202,8 @@ class AutoscalePlanner:
                 self._event(now, "probe", st.name, f"retry #{st.failures} after backoff")
         decision = self.selector.observe({n: s.nodes > 0 for n, s in self.rungs.items()}, now)
         self.serving = decision.rung
-        self.target = next((n for n, s in self.rungs.items() if s.status != "stocked_out"),
-                           None)
+        self.target = next((n for n, s in self.rungs.items() if s.status != "stocked_out"
+                            and (s.node_types or s.nodes > 0)), None)
         bundles, selectors = self._request(now)
         return Plan(now, self.serving, self.target, bundles, selectors, list(self._events),
                     decision)
@@ -254,7 +255,7 @@ class AutoscalePlanner:
         for i, (name, st) in enumerate(self.rungs.items()):
             warming = st.status == "up" and i < serving_idx
             needed = (name == self.target or name == self.serving or warming
-                      or st.status == "probing")
+                      or st.status == "probing") and bool(st.node_types)
             if needed or st.status != "up":
                 st.keep_until = None  # only a rung with nodes has work to drain
             elif st.target_bundles and st.keep_until is None:

@@ -96,7 +96,8 @@ def status(address: str, ladder_name: str | None, as_json: bool) -> None:
 @click.argument("ladder_file", type=click.Path(exists=True, dir_okay=False))
 @_ADDRESS
 @click.option("--node-type", "node_types", multiple=True, metavar="RUNG=TYPE[,TYPE]",
-              help="Autoscaler node types of a rung (default: the type named after it).")
+              help="Autoscaler node types of a rung (default: the type named after it); "
+                   "RUNG= marks fixed machines the autoscaler cannot launch (on-prem).")
 @click.option("--retry-initial-s", type=float, default=None, help="First backoff (s).")
 @click.option("--retry-max-s", type=float, default=None, help="Longest backoff (s).")
 @click.option("--provision-timeout-s", type=float, default=None,
@@ -116,8 +117,9 @@ def start(ladder_file: str, address: str, node_types: tuple[str, ...], **values:
     mapping: dict[str, list[str]] = {}
     for item in node_types:
         rung, sep, types = item.partition("=")
-        if not sep or not types:
-            raise click.BadParameter(f"{item!r}: write RUNG=TYPE[,TYPE]", param_hint="--node-type")
+        if not sep or not rung:
+            raise click.BadParameter(f"{item!r}: write RUNG=TYPE[,TYPE] (RUNG= for a static "
+                                     "rung of fixed machines)", param_hint="--node-type")
         mapping[rung] = [t.strip() for t in types.split(",") if t.strip()]
     if mapping:
         options["node_types"] = mapping

@@ -1,0 +1,12 @@
+#!/bin/sh
+# Re-render every template from its ladder (run from the repository root).
+# tests/test_cluster_configs.py checks the files are what these commands write.
+set -e
+L=cluster-configs/ladders
+ray-ladder render $L/llm.yaml --provider aws -o cluster-configs/aws.yaml
+ray-ladder render $L/llm.yaml --provider gcp -o cluster-configs/gcp.yaml
+ray-ladder render $L/llm.yaml --provider azure --accelerator l4=a10 -o cluster-configs/azure.yaml
+ray-ladder render $L/hybrid-eu.yaml --provider gcp -o cluster-configs/hybrid-onprem-eu.yaml
+ray-ladder render $L/llm.yaml --provider kuberay -o cluster-configs/kuberay.yaml
+ray-ladder render $L/llm.yaml --provider local-fake --max-workers 1 -o cluster-configs/local-fake.yaml
+ray-ladder render $L/llm.yaml --provider gke-computeclass -o cluster-configs/gke-computeclass.yaml
