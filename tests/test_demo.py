@@ -185,6 +185,16 @@ def test_ladder_watch_deduplicates_repeated_events():
     assert [(e["to"], e["seen_t"]) for e in w.events] == [("a100", 1.5), ("cpu", 2.5)]
 
 
+def test_ladder_watch_records_when_and_why_a_rung_was_marked_down():
+    w = LadderWatch()
+    up = {"name": "cpu", "down_reason": None}
+    down = {"name": "cpu", "down_reason": "no replica took the request within 0.5s"}
+    for t, rung in [(1.0, up), (2.0, down), (2.5, down), (3.0, up), (4.0, down)]:
+        w.ingest({"rungs": [rung]}, t=t)
+    assert [(d["t"], d["rung"]) for d in w.downs] == [(2.0, "cpu"), (4.0, "cpu")]
+    assert w.downs[0]["reason"].startswith("no replica took")
+
+
 def test_router_event_times_map_onto_demo_time():
     convert = to_demo_time(wall_t0=1_700_000_000.0, mono_t0=500.0)
     assert convert({"time": 1_700_000_012.5}) == pytest.approx(12.5)
@@ -350,8 +360,20 @@ def test_live_table_and_summary_render(tmp_path):
         {"name": "cpu", "obtainable": True, "running_replicas": 1}]}
     console.print(live_view(log, now=30.0, ladder=LADDER, story=STORY[:2], state=state,
                             next_step="h100 back"))
-    console.print(summary_view(summarize(log, ladder=LADDER, story=STORY, model_accuracy={})))
+    trans = [{"t": 12.79, "from": "h100", "to": "a100", "direction": "down",
+              "reason": "h100 unobtainable", "kind": "transition"},
+             {"t": 33.9, "from": "cpu", "to": "cpu", "direction": None,
+              "reason": "degraded for 21.1s", "kind": "alert"}]
+    downs = [{"t": 30.5, "rung": "cpu", "reason": "no replica took the request"}]
+    summary = summarize(log, ladder=LADDER, story=STORY, model_accuracy={}, transitions=trans,
+                        marked_down=downs)
+    assert summary["marked_down"][0]["after"] == "+5.5 s after a100 preempted"
+    console.print(summary_view(summary))
     text = console.export_text()
+    order = ["h100 preempted", "h100 -> a100", "a100 preempted", "cpu marked down", "alert",
+             "h100 back"]
+    timeline = text[text.index("timeline"):]
+    assert [timeline.index(w) for w in order] == sorted(timeline.index(w) for w in order)
     for word in ("cpu", "failed: 1", "router rung", "a100 preempted", "next: h100 back",
                  "requests per rung", "transitions", "up (1 replica)",
                  "down: no replica took", "unobtainable (0 replicas)"):

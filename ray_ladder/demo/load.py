@@ -103,7 +103,9 @@ class LadderWatch:
     def __init__(self) -> None:
         self.state: dict[str, Any] = {}
         self.events: list[dict[str, Any]] = []
+        self.downs: list[dict[str, Any]] = []
         self._seen: set[str] = set()
+        self._down_now: set[str] = set()
         self.polls = 0
         self.errors = 0
 
@@ -116,6 +118,15 @@ class LadderWatch:
             if key not in self._seen:
                 self._seen.add(key)
                 self.events.append({**event, "seen_t": t})
+        # A rung the router marked down after a failed request: keep when and why.
+        down_now = set()
+        for rung in state.get("rungs") or []:
+            if isinstance(rung, dict) and rung.get("down_reason"):
+                down_now.add(str(rung.get("name")))
+                if rung.get("name") not in self._down_now:
+                    self.downs.append({"t": round(t, 3), "rung": rung.get("name"),
+                                       "reason": rung["down_reason"]})
+        self._down_now = down_now
 
 
 def _events_of(state: dict[str, Any]) -> list[dict[str, Any]]:

@@ -118,6 +118,7 @@ def summarize(
     climbed_at: float | None = None,
     server_state: Mapping[str, Any] | None = None,
     rate_hz: float | None = None,
+    marked_down: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The end-of-demo figures, JSON-ready (the content of ``summary.json``).
 
@@ -130,6 +131,8 @@ def summarize(
         climbed_at: Demo time of the first top-rung answer after the top came back.
         server_state: The last ``GET /-/ladder`` state.
         rate_hz: The offered load.
+        marked_down: Rungs the router marked down after a failed request (``t``, ``rung``,
+            ``reason``), as polled.
 
     Example:
         >>> summarize([], ladder=["h100", "cpu"], story=[], model_accuracy={})["requests"]
@@ -179,6 +182,7 @@ def summarize(
             {"t": round(b.start, 3), "from": a.rung, "to": b.rung,
              "after": relative_to(b.start, story)} for a, b in zip(segs, segs[1:], strict=False)],
         "transitions": [{**t, "after": relative_to(float(t["t"]), story)} for t in transitions],
+        "marked_down": [{**d, "after": relative_to(float(d["t"]), story)} for d in marked_down],
         "failures": failures[:20],
     }
 
@@ -281,18 +285,34 @@ def summary_view(summary: Mapping[str, Any]) -> RenderableType:
                       + ("-" if summary["climb_back_s"] is None
                          else f"{summary['climb_back_s']:.1f} s after {summary['ladder'][0]} "
                               "returned")))
-    lines.append(Text("story", style="bold"))
-    for e in summary["story"]:
-        lines.append(Text(f"  t={e['t']:6.2f}s  {e['label']} (took {e['took_s']:.2f} s)"))
-    which = "transitions" if summary["transitions"] else "observed_transitions"
-    source = "router events" if which == "transitions" else "seen in answers"
-    lines.append(Text(f"transitions ({source})", style="bold"))
-    for t in summary[which]:
-        move = ("alert" if t.get("kind") == "alert"
-                else f"{t['from'] or '-'} -> {t['to'] or '-'}")
-        lines.append(Text(f"  t={t['t']:6.2f}s  {move:<15} {t['after']:<30}"
-                          + (f" {t['reason']}" if t.get("reason") else ""),
-                          style="yellow" if t.get("kind") == "alert" else ""))
+    lines.append(timeline_table(summary))
     for f in summary["failures"][:5]:
         lines.append(Text(f"  failed: {f}", style="red"))
     return Group(*lines)
+
+
+def timeline_table(summary: Mapping[str, Any]) -> Table:
+    """Story steps, the router's transitions and alerts, and rungs marked down, by time."""
+    which = "transitions" if summary["transitions"] else "observed_transitions"
+    source = "the router's events" if which == "transitions" else "as seen in the answers"
+    table = Table(title=f"timeline (transitions: {source})", title_justify="left")
+    table.add_column("t (s)", justify="right")
+    table.add_column("what")
+    table.add_column("when")
+    table.add_column("why")
+    rows: list[tuple[float, int, list[str], str]] = []
+    for e in summary["story"]:
+        style = "bold red" if e["action"] == "kill" else "bold green"
+        took = f"took {e['took_s']:.2f} s" + (f"; {e['error']}" if e.get("error") else "")
+        rows.append((e["t"], 0, [e["label"], "story step", took], style))
+    for t in summary[which]:
+        alert = t.get("kind") == "alert"
+        move = "alert" if alert else f"{t['from'] or '-'} -> {t['to'] or '-'}"
+        rows.append((float(t["t"]), 1, [move, t["after"], t.get("reason", "")],
+                     "yellow" if alert else ""))
+    for d in summary.get("marked_down", []):
+        rows.append((float(d["t"]), 2, [f"{d['rung']} marked down", d["after"], d["reason"]],
+                     "dim"))
+    for t, _, cells, style in sorted(rows, key=lambda r: (r[0], r[1])):
+        table.add_row(f"{t:.2f}", *cells, style=style)
+    return table

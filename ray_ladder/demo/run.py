@@ -210,6 +210,9 @@ def run_demo(args: argparse.Namespace, console: Console) -> int:
 
         from ray_ladder.serve import build_app
 
+        if not args.verbose:  # `ray.serve` sets its logger up on import: quiet it after
+            logging.getLogger("ray.serve").setLevel(logging.WARNING)
+
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         phase("serve", f"starting Ray Serve on {url}; waiting for {top} to answer ...")
@@ -240,7 +243,8 @@ def run_demo(args: argparse.Namespace, console: Console) -> int:
         summary = summarize(records, ladder=ladder.names, story=result.events,
                             model_accuracy={k: m.accuracy for k, m in models.items()},
                             transitions=transitions, climbed_at=result.climbed_at,
-                            server_state=gen.watch.state, rate_hz=args.rate)
+                            server_state=gen.watch.state, rate_hz=args.rate,
+                            marked_down=gen.watch.downs)
         summary["climbed_back"] = result.climbed_at is not None
         summary["phases_s"] = dict(phase.durations)
         summary["wall_s_before_shutdown"] = round(phase.elapsed, 1)
