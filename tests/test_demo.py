@@ -29,6 +29,7 @@ from ray_ladder.demo.report import (
     server_transitions,
     summarize,
     summary_view,
+    write_requests_csv,
     write_summary,
 )
 from ray_ladder.demo.run import to_demo_time
@@ -344,6 +345,10 @@ def test_summary_carries_router_transitions_relative_to_the_story(tmp_path):
                                  "after": "+0.6 s after h100 preempted"}]
     path = write_summary(s, tmp_path / "out" / "summary.json")
     assert json.loads(path.read_text())["transitions"][0]["to"] == "a100"
+    rows = write_requests_csv(synthetic_log(), tmp_path / "out" / "requests.csv").read_text()
+    lines = rows.splitlines()
+    assert lines[0] == "t,latency_s,status,rung,stale,digit,label,error"
+    assert len(lines) == 1 + 1002 and "ReadTimeout: x" in rows
 
 
 def test_summary_of_an_empty_log():

@@ -202,6 +202,22 @@ def write_summary(summary: Mapping[str, Any], path: Path) -> Path:
     return path
 
 
+def write_requests_csv(records: Sequence[RequestRecord], path: Path) -> Path:
+    """Every request, one row each, by send time (for your own analysis)."""
+    import csv
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fields = ["t", "latency_s", "status", "rung", "stale", "digit", "label", "error"]
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(fields)
+        for r in sorted(records, key=lambda r: r.t):
+            writer.writerow([f"{r.t:.4f}", f"{r.latency_s:.4f}", r.status or "", r.rung or "",
+                             int(r.stale), "" if r.digit is None else r.digit, r.label,
+                             r.error])
+    return path
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.1f}%"
 

@@ -29,6 +29,7 @@ from ray_ladder.demo.report import (
     server_transitions,
     summarize,
     summary_view,
+    write_requests_csv,
     write_summary,
 )
 from ray_ladder.demo.story import DEFAULT_STORY, Step, StoryEvent, run_story, story_seconds
@@ -329,4 +330,5 @@ def write_outputs(console: Console, out: Path, summary: dict[str, Any],
     console.print(summary_view(summary))
     json_path = write_summary(summary, out / "summary.json")
     png = plot_timeline(records, events, ladder, out / "timeline.png", transitions=transitions)
-    console.print(f"wrote {json_path} and {png}")
+    csv_path = write_requests_csv(records, out / "requests.csv")
+    console.print(f"wrote {json_path}, {png} and {csv_path}")
