@@ -1,0 +1,231 @@
+"""The per-driver orchestrator actor that runs ``@ladder_task`` calls across rungs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable, Coroutine
+from dataclasses import replace
+from typing import Any
+
+import ray
+
+from ray_ladder._task_lanes import Call, TaskState
+from ray_ladder.capacity import ray_node_states
+from ray_ladder.events import TransitionEvent
+from ray_ladder.placement import NodeState
+from ray_ladder.task_options import TaskSpec
+
+event_logger = logging.getLogger("ray_ladder.events")
+logger = logging.getLogger(__name__)
+
+#: Calls one orchestrator runs at once (more wait in Ray's actor queue).
+MAX_CONCURRENCY = 10_000
+#: Finished calls whose rung and attempts ``last_rung`` can still report.
+INFO_ENTRIES = 100_000
+EVENT_ENTRIES = 10_000
+REGISTRATION_TIMEOUT_S = 60.0
+
+
+class NodeCache:
+    """Node states from the GCS, refreshed in the background, minus suspected nodes.
+
+    A node that just killed an attempt is *suspected*: it counts as dead at once,
+    before the GCS's health checks confirm it, so the retry goes elsewhere.
+    """
+
+    def __init__(self, source: Callable[[], list[NodeState]] = ray_node_states) -> None:
+        self._source = source
+        self._nodes: list[NodeState] = []
+        self._suspects: dict[str, float] = {}  # node id -> suspected until (monotonic)
+        self.version = 0
+        self.refreshed_at = 0.0
+
+    def refresh(self) -> None:
+        nodes = self._source()
+        now = time.monotonic()
+        dead = {n.node_id for n in nodes if not n.alive}
+        self._suspects = {n: t for n, t in self._suspects.items() if t > now and n not in dead}
+        self._nodes = nodes
+        self.refreshed_at = now
+        self.version += 1
+
+    def suspect(self, node_id: str, ttl_s: float) -> None:
+        self._suspects[node_id] = max(self._suspects.get(node_id, 0.0), time.monotonic() + ttl_s)
+        self.version += 1
+
+    def nodes(self) -> list[NodeState]:
+        if not self._suspects:
+            return self._nodes
+        return [replace(n, alive=False) if n.node_id in self._suspects else n
+                for n in self._nodes]
+
+
+class LadderOrchestrator:
+    """Runs each call's attempt loop: choose a rung, submit, watch, fall, retry.
+
+    One per driver, pinned to the driver's node with ``num_cpus=0``; an async actor, so
+    thousands of calls are in flight at once. ``.remote()`` on a ladder task is one
+    call of :meth:`run`, whose return value is the function's own value.
+    """
+
+    def __init__(self) -> None:
+        self.nodes = NodeCache()
+        self.tasks: dict[str, TaskState] = {}
+        self.stats: Counter[str] = Counter()
+        self._waiting: dict[str, asyncio.Event] = {}
+        self._failed: dict[str, BaseException] = {}
+        self._info: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._events: deque[tuple[str, TransitionEvent]] = deque(maxlen=EVENT_ENTRIES)
+        self._monitor: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+
+    # --- registration --------------------------------------------------------------------
+
+    async def register(self, key: str, spec: TaskSpec) -> None:
+        """Make a task (one option set) known; idempotent."""
+        if key in self.tasks:
+            return
+        try:
+            if self.nodes.version == 0:
+                self.nodes.refresh()
+            self.tasks[key] = TaskState(self, key, spec)
+        except Exception as err:  # run() reports it to every caller
+            logger.exception("cannot register ladder task %s", spec.name)
+            self._failed[key] = err
+        event = self._waiting.pop(key, None)
+        if event is not None:
+            event.set()
+        if self._monitor is None:
+            self._monitor = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _task(self, key: str) -> TaskState:
+        task = self.tasks.get(key)
+        if task is not None:
+            return task
+        if key not in self._failed:
+            event = self._waiting.setdefault(key, asyncio.Event())
+            await asyncio.wait_for(event.wait(), REGISTRATION_TIMEOUT_S)
+        if key in self._failed:
+            raise self._failed[key]
+        return self.tasks[key]
+
+    # --- calls ---------------------------------------------------------------------------
+
+    async def run(self, key: str, packed: tuple[tuple[Any, ...], dict[str, Any]]) -> Any:
+        """Run one call; return its value or raise its error (LadderExhaustedError...)."""
+        task_id = ray.get_runtime_context().get_task_id() or ""
+        task = await self._task(key)
+        args, kwargs = packed
+        call = Call(args, kwargs, asyncio.get_running_loop().create_future(), task_id)
+        self.stats["calls"] += 1
+        task.dispatch(call)
+        try:
+            return await call.future
+        except asyncio.CancelledError:
+            task.cancel(call)
+            raise
+        finally:
+            self._record(call)
+
+    def _record(self, call: Call) -> None:
+        info = self._info
+        info[call.task_id] = {"rung": call.rung,
+                              "attempts": [a.to_dict() for a in call.attempts]}
+        if len(info) > INFO_ENTRIES:
+            info.popitem(last=False)
+
+    async def info(self, task_id: str) -> dict[str, Any] | None:
+        """Rung and attempts of a finished call (by the task id of its ObjectRef)."""
+        return self._info.get(task_id)
+
+    # --- events --------------------------------------------------------------------------
+
+    def emit(self, task: TaskState, event: TransitionEvent) -> None:
+        self._events.append((task.family, event))
+        if event_logger.isEnabledFor(logging.INFO):
+            event_logger.info(json.dumps({"task": task.name, **event.to_dict()}))
+
+    async def events(self, family: str | None = None) -> list[dict[str, Any]]:
+        """Transition events (ladder moves and per-call falls), oldest first."""
+        return [e.to_dict() for f, e in self._events if family is None or f == family]
+
+    async def status(self) -> dict[str, Any]:
+        """Counters and per-task rung state (for tests, benchmarks and debugging)."""
+        return {
+            "stats": dict(self.stats),
+            "tasks": {k: {"name": t.name, "current": t.selector.current,
+                          "obtainable": dict(t.obtainable), "congested": sorted(t.congested),
+                          "queued": {n: len(lane.queue) for n, lane in t.lanes.items()},
+                          "in_flight": {n: len(lane.batches) for n, lane in t.lanes.items()},
+                          "ewma_s": t.ewma}
+                      for k, t in self.tasks.items()},
+        }
+
+    # --- background ----------------------------------------------------------------------
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run ``coro`` in the background, keeping a reference until it ends."""
+        fut = asyncio.get_running_loop().create_task(coro)
+        self._background.add(fut)
+        fut.add_done_callback(self._background.discard)
+
+    def refresh_all(self) -> None:
+        for task in self.tasks.values():
+            task.refresh(force=True)
+
+    async def _watch(self) -> None:
+        """Refresh node states every probe interval (off the event loop), then observe."""
+        loop = asyncio.get_running_loop()
+        while True:
+            interval = min((t.probe_s for t in self.tasks.values()), default=1.0)
+            await asyncio.sleep(interval)
+            try:
+                await loop.run_in_executor(None, self.nodes.refresh)
+            except Exception:  # keep the last view; the next probe tries again
+                logger.warning("ladder capacity refresh failed", exc_info=True)
+                continue
+            for task in list(self.tasks.values()):
+                try:
+                    task.tick()
+                except Exception:
+                    logger.exception("ladder task %s: tick failed", task.name)
+
+
+_handles: dict[int, Any] = {}  # core worker identity -> handle (a new ray.init: a new one)
+_registered: set[str] = set()
+
+
+def get_orchestrator() -> Any:
+    """This driver's orchestrator handle (created on first use, pinned to this node)."""
+    from ray._private.worker import global_worker
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if not ray.is_initialized():
+        ray.init()
+    ident = id(getattr(global_worker, "core_worker", None))
+    handle = _handles.get(ident)
+    if handle is None:
+        ctx = ray.get_runtime_context()
+        handle = ray.remote(LadderOrchestrator).options(
+            name=f"ray-ladder-orchestrator-{ctx.get_job_id()}",
+            get_if_exists=True,
+            num_cpus=0,
+            max_concurrency=MAX_CONCURRENCY,
+            max_restarts=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(ctx.get_node_id(), soft=False),
+        ).remote()
+        _handles.clear()
+        _registered.clear()
+        _handles[ident] = handle
+    return handle
+
+
+def ensure_registered(handle: Any, key: str, spec: TaskSpec) -> None:
+    """Send ``spec`` to the orchestrator once per option set (no round trip waited on)."""
+    if key not in _registered:
+        handle.register.remote(key, spec)
+        _registered.add(key)

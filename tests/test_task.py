@@ -1,0 +1,240 @@
+"""@ladder_task on a real LocalCluster: every fallback trigger, constraints, climb back."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from ray_ladder import Constraints, Ladder, LadderExhaustedError, ladder_task, last_rung
+from ray_ladder.task import call_info
+from ray_ladder.testing import LocalCluster, wait_until
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.ray
+
+LADDER = Ladder.from_dict({
+    "name": "tasks",
+    "policy": {"probe_interval_s": 0.2, "pending_timeout_s": 20, "promotion_hysteresis": 2},
+    "rungs": [
+        {"name": "h100", "resources": {"ladder/h100": 1}, "quality": 1.0,
+         "tags": {"jurisdiction": "eu"}, "params": {"model": "large"}},
+        {"name": "a100", "resources": {"ladder/a100": 1}, "quality": 0.9,
+         "tags": {"jurisdiction": "eu"}, "params": {"model": "medium"}},
+        {"name": "cpu", "num_cpus": 1, "label_selector": {"ladder.node-type": "head"},
+         "quality": 0.5, "tags": {"jurisdiction": "us"}, "params": {"model": "small"}},
+    ],
+})
+
+
+@ladder_task(LADDER)
+def where(x, *, rung):
+    """Which rung ran it, and with which model."""
+    return x, rung.name, rung.params["model"]
+
+
+@ladder_task(LADDER)
+def work(x, seconds=0.0, marker=None, fail_on=(), *, rung):
+    """Sleep, touch a marker file when started, raise MemoryError on chosen rungs."""
+    if marker:
+        Path(marker).touch()
+    if rung.name in fail_on:
+        raise MemoryError(f"no room on {rung.name}")
+    time.sleep(seconds)
+    return x * 2, rung.name
+
+
+@ray.remote(num_cpus=1)
+def hold(ready: str, release: str) -> str:
+    """Occupy a node's slot until the release file appears (the rung stays feasible)."""
+    Path(ready).touch()
+    deadline = time.monotonic() + 120
+    while not Path(release).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return "released"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster.from_ladder(LADDER) as c:
+        # Warm one worker per rung so pending timeouts measure scheduling, not startup.
+        assert {r[1] for r in ray.get([where.remote(0)])} == {"h100"}
+        ray.get([where.options(constraints=Constraints(jurisdiction="us")).remote(0),
+                 hold.options(resources={"ladder/a100": 1}).remote("/dev/null", "/")])
+        yield c
+
+
+def ensure_h100(cluster: LocalCluster) -> None:
+    """Re-add a killed h100 node so later tests see the full cluster."""
+    if not cluster.nodes("h100"):
+        cluster.add_node("h100")
+    wait_until(lambda: ray.get(where.remote(0))[1] == "h100", timeout_s=60,
+               message="h100 back in use")
+
+
+def test_remote_returns_a_real_object_ref(cluster):
+    ref = where.remote(7)
+    assert isinstance(ref, ray.ObjectRef)
+    ready, _ = ray.wait([ref], timeout=60)
+    assert ready == [ref]
+    assert ray.get(ref) == (7, "h100", "large")
+    assert last_rung(ref) == "h100"
+
+    @ray.remote
+    def consume(value):
+        return value[0] + 1
+
+    assert ray.get(consume.remote(ref)) == 8  # passed on like any ref
+    assert ray.get(where.remote(ray.put(5)))[0] == 5  # ref arguments arrive as values
+
+
+def test_direct_call_and_bad_arguments_raise_type_error(cluster):
+    with pytest.raises(TypeError, match=r"where\.remote"):
+        where(1)
+    with pytest.raises(TypeError, match="rung"):
+        where.remote(1, rung="h100")
+    with pytest.raises(TypeError):
+        where.remote()
+
+
+def test_infeasible_rung_is_skipped_without_waiting(cluster):
+    ladder = LADDER.model_copy(update={"rungs": [
+        LADDER.rungs[0].model_copy(update={"name": "tpu", "resources": {"ladder/tpu": 1}}),
+        *LADDER.rungs]})
+
+    @ladder_task(ladder, pending_timeout_s=60)
+    def f(*, rung):
+        return rung.name
+
+    start = time.monotonic()
+    ref = f.remote()
+    assert ray.get(ref) == "h100"
+    assert time.monotonic() - start < 30  # far below the 60 s pending timeout
+    assert call_info(ref)["attempts"] == []
+
+
+def test_pending_rung_falls_after_timeout_then_climbs_back(cluster, tmp_path):
+    ready, release = tmp_path / "ready", tmp_path / "release"
+    blocker = hold.options(resources={"ladder/h100": 1}).remote(str(ready), str(release))
+    wait_until(ready.exists, timeout_s=60, message="blocker holds h100")
+    task = work.options(pending_timeout_s=2)
+    try:
+        start = time.monotonic()
+        ref = task.remote(1)
+        assert ray.get(ref, timeout=60) == (2, "a100")
+        assert time.monotonic() - start >= 2
+        attempts = call_info(ref)["attempts"]
+        assert attempts[0]["rung"] == "h100" and "not scheduled within 2s" in attempts[0]["reason"]
+        # The ladder now knows h100 is busy: the next call goes straight down.
+        start = time.monotonic()
+        assert ray.get(task.remote(2), timeout=60) == (4, "a100")
+        assert time.monotonic() - start < 2
+    finally:
+        release.touch()
+    assert ray.get(blocker) == "released"
+    wait_until(lambda: ray.get(task.remote(3))[1] == "h100", timeout_s=60,
+               message="climb back to h100 once it is free")
+    moves = [(e.kind, e.from_rung, e.to_rung, e.direction) for e in work.events()]
+    assert ("transition", "h100", "a100", "down") in moves
+    assert ("transition", "a100", "h100", "up") in moves
+    assert ("call", "h100", "a100", "down") in moves
+
+
+def test_node_killed_under_the_task_reruns_on_next_rung(cluster, tmp_path):
+    marker = tmp_path / "started"
+    ref = work.remote(5, 4.0, str(marker))
+    wait_until(marker.exists, timeout_s=60, message="task started on h100")
+    cluster.remove_node(cluster.nodes("h100")[0])  # SIGKILL: a preemption
+    try:
+        assert ray.get(ref, timeout=90) == (10, "a100")
+        first = call_info(ref)["attempts"][0]
+        assert first["rung"] == "h100"
+        assert any(name in first["reason"] for name in ("NodeDied", "WorkerCrashed"))
+        moves = [(e.kind, e.from_rung, e.to_rung) for e in work.events()]
+        assert ("transition", "h100", "a100") in moves
+    finally:
+        ensure_h100(cluster)
+
+
+def test_fallback_on_goes_down_one_rung_other_errors_propagate(cluster):
+    task = work.options(fallback_on=(MemoryError,))
+    ref = task.remote(3, fail_on=("h100",))
+    assert ray.get(ref, timeout=60) == (6, "a100")
+    assert "MemoryError" in call_info(ref)["attempts"][0]["reason"]
+    ref = work.remote(3, fail_on=("h100",))  # MemoryError not chosen: it propagates
+    with pytest.raises(MemoryError):
+        ray.get(ref, timeout=60)
+    assert last_rung(ref) == "h100"
+
+
+def test_exhausted_ladder_lists_every_attempt(cluster):
+    task = work.options(fallback_on=MemoryError)
+    with pytest.raises(LadderExhaustedError) as info:
+        ray.get(task.remote(1, fail_on=("h100", "a100", "cpu")), timeout=60)
+    tried = [(a.rung, a.reason.split(":")[0]) for a in info.value.attempts]
+    assert tried[:3] == [("h100", "MemoryError"), ("a100", "MemoryError"),
+                         ("cpu", "MemoryError")]
+    assert all(a.time > 0 for a in info.value.attempts)
+    with pytest.raises(LadderExhaustedError, match="max_attempts"):
+        ray.get(task.options(max_attempts=1).remote(1, fail_on=("h100",)), timeout=60)
+
+
+def test_constraints_are_hard_also_when_falling(cluster):
+    eu = work.options(constraints=Constraints(jurisdiction="eu"), fallback_on=MemoryError)
+    with pytest.raises(LadderExhaustedError) as info:
+        ray.get(eu.remote(1, fail_on=("h100", "a100")), timeout=60)
+    assert "cpu" not in {a.rung for a in info.value.attempts}  # us rung never tried
+    us = where.options(constraints={"jurisdiction": "us"})
+    assert ray.get(us.remote(1))[1] == "cpu"
+
+
+def test_two_hundred_tasks_survive_kill_and_return_of_top_node(cluster):
+    eu = work.options(constraints=Constraints(jurisdiction="eu"), max_attempts=6)
+    refs = [eu.remote(i, 0.02) for i in range(80)]
+    cluster.remove_node(cluster.nodes("h100")[0])
+    refs += [eu.remote(i, 0.02) for i in range(80, 140)]
+    try:
+        wait_until(lambda: ray.get(eu.remote(-1))[1] == "a100", timeout_s=60,
+                   message="ladder fell to a100")
+    finally:
+        cluster.add_node("h100")
+    wait_until(lambda: ray.get(eu.remote(-1))[1] == "h100", timeout_s=60,
+               message="ladder climbed back to h100")
+    refs += [eu.remote(i, 0.02) for i in range(140, 200)]
+    results = ray.get(refs, timeout=120)
+    assert [value for value, _ in results] == [2 * i for i in range(200)]  # none lost
+    rungs = [rung for _, rung in results]
+    assert set(rungs) <= {"h100", "a100"}  # never the us cpu rung
+    assert "a100" in rungs and rungs[-1] == "h100"
+    assert [last_rung(r) for r in refs[-5:]] == rungs[-5:]
+
+
+def test_native_path_uses_ray_label_fallback(cluster, tmp_path):
+    ladder = Ladder.from_dict({
+        "name": "native",
+        "policy": {"probe_interval_s": 0.2},
+        "rungs": [
+            {"name": "h100", "num_cpus": 1, "label_selector": {"ladder.rung": "h100"}},
+            {"name": "a100", "num_cpus": 1, "label_selector": {"ladder.rung": "a100"}},
+        ],
+    })
+
+    @ladder_task(ladder)
+    def f(x, *, rung):
+        return x, rung.name
+
+    assert f.path == "native"
+    ref = f.remote(1)
+    assert ray.get(ref) == (1, "h100") and last_rung(ref) == "h100"
+    ready, release = tmp_path / "ready", tmp_path / "release"
+    blocker = hold.options(label_selector={"ladder.rung": "h100"}).remote(str(ready),
+                                                                          str(release))
+    wait_until(ready.exists, timeout_s=60, message="blocker holds h100")
+    try:
+        ref = f.remote(2)  # busy primary: the raylet falls without a timeout
+        assert ray.get(ref, timeout=60) == (2, "a100") and last_rung(ref) == "a100"
+    finally:
+        release.touch()
+    ray.get(blocker)
+    assert f.options(path="orchestrated").path == "orchestrated"
