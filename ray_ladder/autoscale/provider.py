@@ -42,7 +42,8 @@ class StockoutProvider(FakeMultiNodeProvider):
       so a test or benchmark can turn capacity off and on. Env fallback:
       ``RAY_LADDER_CAPACITY_SCHEDULE``.
     * ``events_log``: path of a JSON-lines log of launches, refusals and terminations.
-      Env fallback: ``RAY_LADDER_PROVIDER_EVENTS``.
+      Env fallback: ``RAY_LADDER_PROVIDER_EVENTS``. Events: ``refused``, ``launching``
+      (a launch starts), ``launched`` (its raylet registered), ``terminated``.
     * ``error_category``: category of the raised exception.
 
     Plug it into an autoscaling config with ``provider: {type: external, module:
@@ -106,6 +107,7 @@ class StockoutProvider(FakeMultiNodeProvider):
                              "in the requested zone (ray-ladder fake provider)."),
                 src_exc_info=None,
             )
+        self._log("launching", node_type, count=count)
         before = set(self._nodes)
         out = super().create_node_with_resources_and_labels(
             node_config, tags, count, resources, labels)
