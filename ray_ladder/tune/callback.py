@@ -1,0 +1,63 @@
+"""LadderCallback: writes each trial's rung history, time and cost into its Tune results."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ray.tune import Callback
+
+from ray_ladder.tune.trainable import RESULT_KEY
+
+if TYPE_CHECKING:
+    from ray.tune.experiment import Trial
+
+    from ray_ladder.tune.scheduler import LadderScheduler
+
+
+class LadderCallback(Callback):
+    """Adds the ladder block to every result of a ladder trial.
+
+    ``result["ladder"]`` then holds ``rung`` and ``node_id`` (reported by the trial
+    itself), ``history`` (every rung it ran on with start/end times, why it left, seconds
+    and cost), ``per_rung`` (seconds and cost per rung), ``cost``, ``seconds``,
+    ``seconds_below_top`` and ``moves``. Read it back with
+    :func:`ray_ladder.tune.rung_history`.
+
+    Get it from :attr:`LadderScheduler.callback` (it reads that scheduler's state).
+
+    Args:
+        scheduler: The :class:`LadderScheduler` of the same run.
+
+    Example:
+        >>> run_config = tune.RunConfig(callbacks=[scheduler.callback])  # doctest: +SKIP
+    """
+
+    def __init__(self, scheduler: LadderScheduler) -> None:
+        self.scheduler = scheduler
+
+    def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial,
+                        result: dict, **info: Any) -> None:
+        """Annotate the result in place (Tune lets callbacks do so)."""
+        block = self.scheduler.summary(trial.trial_id)
+        if block:
+            result[RESULT_KEY] = {**(result.get(RESULT_KEY) or {}), **block}
+
+    def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial,
+                          **info: Any) -> None:
+        """Close the history in the trial's last result (what ``ResultGrid`` shows)."""
+        self._finalize(trial)
+
+    def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial,
+                       **info: Any) -> None:
+        """Same for a trial that failed for good."""
+        self._finalize(trial)
+
+    def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
+        """The run is over: with_ladder trainables no longer see an active scheduler."""
+        self.scheduler.stop()
+
+    def _finalize(self, trial: Trial) -> None:
+        block = self.scheduler.summary(trial.trial_id)
+        last = trial.last_result
+        if block and isinstance(last, dict) and last:
+            last[RESULT_KEY] = {**(last.get(RESULT_KEY) or {}), **block}

@@ -1,0 +1,475 @@
+"""LadderScheduler: places Tune trials on rungs, falls on failure, climbs at a checkpoint."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from ray.tune.experiment import Trial
+from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+
+from ray_ladder.capacity import CapacitySnapshot, CapacityView, ray_node_states
+from ray_ladder.constraints import Constraints
+from ray_ladder.events import TransitionEvent
+from ray_ladder.placement import NodeState
+from ray_ladder.selector import Selector
+from ray_ladder.tune.history import RungSpan, summary
+from ray_ladder.tune.trainable import LadderTrialSpec, spec_of
+
+if TYPE_CHECKING:
+    from ray_ladder.tune.callback import LadderCallback
+
+logger = logging.getLogger(__name__)
+
+_ACTIVE: weakref.WeakSet[LadderScheduler] = weakref.WeakSet()
+_LIVE = (Trial.PENDING, Trial.RUNNING, Trial.PAUSED)
+
+
+def active() -> bool:
+    """True while a LadderScheduler is set up for a Tune run in this process."""
+    return len(_ACTIVE) > 0
+
+
+class _View:
+    """Capacity of one ladder, refreshed in a daemon thread so Tune's loop never waits.
+
+    Keeps the node list each snapshot was computed from (to tell a dead node from a
+    trial that failed on a healthy one). ``refresh()`` forces a read when a decision
+    needs the state of right now (after a failure).
+    """
+
+    def __init__(self, spec: LadderTrialSpec, source: Callable[[], list[NodeState]],
+                 clock: Callable[[], float]) -> None:
+        self._source = source
+        self._clock = clock
+        self._read_nodes: list[NodeState] = []
+        self.view = CapacityView(spec.trial_ladder, require_available=True, source=self._read)
+        self.interval_s = spec.ladder.policy.probe_interval_s
+        self.state: tuple[CapacitySnapshot, list[NodeState], float] | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _read(self) -> list[NodeState]:
+        self._read_nodes = list(self._source())
+        return self._read_nodes
+
+    def refresh(self) -> CapacitySnapshot:
+        with self._lock:
+            snap = self.view.refresh()
+            self.state = (snap, self._read_nodes, self._clock())
+            return snap
+
+    def current(self) -> tuple[CapacitySnapshot, list[NodeState], float]:
+        """The latest snapshot (read now if there is none), its nodes and its time."""
+        if self._thread is None:
+            self.refresh()
+            self._thread = threading.Thread(target=self._loop, daemon=True,
+                                            name="ladder-tune-capacity")
+            self._thread.start()
+        state = self.state
+        assert state is not None
+        return state
+
+    @property
+    def snap(self) -> CapacitySnapshot:
+        return self.current()[0]
+
+    @property
+    def at(self) -> float:
+        return self.current()[2]
+
+    def node_alive(self, node_id: str | None) -> bool:
+        return any(n.node_id == node_id and n.alive for n in self.current()[1])
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.refresh()
+            except Exception as err:  # keep the last snapshot; Ray may be shutting down
+                logger.debug("ladder capacity refresh failed: %s", err)
+
+
+@dataclass
+class _TrialState:
+    """What the scheduler knows of one ladder trial."""
+
+    trial_id: str
+    spec: LadderTrialSpec
+    constraints: Constraints | None
+    selector: Selector
+    placed: str | None = None  # rung of the trial's current resources
+    node_id: str | None = None  # node of its last actor
+    spans: list[RungSpan] = field(default_factory=list)
+    park_on_add: bool = False  # no rung free at creation: hold it (PAUSED) once listed
+    parked: bool = False  # held PAUSED by us until a rung is free
+    moving: bool = False  # paused by us at a checkpoint to climb
+    released: tuple[str, str] | None = None  # (rung, node) it just left; counts as free
+    pending: bool = False  # placed, waiting for its placement group (promised capacity)
+    observed_at: float = float("-inf")  # capacity snapshot its selector saw last
+
+
+class LadderScheduler(TrialScheduler):
+    """Tune scheduler that keeps every ladder trial on the best obtainable rung.
+
+    * **Place**: a new trial goes to the best eligible rung with a free placement now
+      (placements promised to other pending trials count as taken). With none free it is
+      held (shown PAUSED) until one frees up, instead of queueing on one rung.
+    * **Fall**: when a trial fails (its node was killed: a preemption) and Tune recovers
+      it (``FailureConfig(max_failures>=1)``), it is re-placed on the best rung
+      obtainable at that moment and restored from its last checkpoint there.
+    * **Climb**: a running trial's selector observes capacity every
+      ``policy.probe_interval_s``; once a better rung has been free for
+      ``promotion_hysteresis`` observations, the trial is paused on its next result that
+      carries a checkpoint, re-placed, and resumed from that checkpoint: never mid-step.
+
+    All decisions come from :class:`ray_ladder.Selector`. Wrap another scheduler (ASHA,
+    median stopping...) with ``base_scheduler``: its decisions stand, the ladder only
+    turns a CONTINUE into a move. Pass :attr:`callback` to ``RunConfig(callbacks=...)``
+    to get each trial's rung history and cost in its results (``result["ladder"]``).
+
+    Args:
+        base_scheduler: The scheduler that decides CONTINUE/PAUSE/STOP (default FIFO).
+        on_event: Called with a :class:`TransitionEvent` for every real move of a trial
+            (default: log it at INFO).
+        clock: Monotonic clock for the selectors.
+        wall_clock: Wall clock for the history.
+        capacity_source: Node states (default: Ray's GCS); injectable for tests.
+
+    Example:
+        >>> scheduler = LadderScheduler(ASHAScheduler(metric="loss", mode="min"))
+        ... # doctest: +SKIP
+        >>> tune.Tuner(trainable, tune_config=tune.TuneConfig(scheduler=scheduler),
+        ...            run_config=tune.RunConfig(callbacks=[scheduler.callback]))
+        ... # doctest: +SKIP
+    """
+
+    _supports_buffered_results = False  # a move must happen at the result that checkpoints
+
+    def __init__(
+        self,
+        base_scheduler: TrialScheduler | None = None,
+        *,
+        on_event: Callable[[TransitionEvent], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        capacity_source: Callable[[], list[NodeState]] | None = None,
+    ) -> None:
+        super().__init__()
+        if isinstance(base_scheduler, LadderScheduler):
+            raise ValueError("a LadderScheduler cannot wrap another LadderScheduler")
+        self.base = base_scheduler or FIFOScheduler()
+        self.on_event = on_event
+        self._clock = clock
+        self._wall = wall_clock
+        self._source = capacity_source or ray_node_states
+        self._states: dict[str, _TrialState] = {}
+        self._views: dict[int, _View] = {}
+        self._callback: LadderCallback | None = None
+
+    # --- public views --------------------------------------------------------------------
+
+    @property
+    def callback(self) -> LadderCallback:
+        """The Tune callback that writes each trial's ladder history into its results."""
+        if self._callback is None:
+            from ray_ladder.tune.callback import LadderCallback
+
+            self._callback = LadderCallback(self)
+        return self._callback
+
+    def rung(self, trial_id: str) -> str | None:
+        """The rung trial ``trial_id`` is placed on now."""
+        state = self._states.get(trial_id)
+        return state.placed if state else None
+
+    def history(self, trial_id: str) -> list[RungSpan]:
+        """Every rung the trial ran on, with times (the last span is open while it runs)."""
+        state = self._states.get(trial_id)
+        return list(state.spans) if state else []
+
+    def summary(self, trial_id: str) -> dict[str, Any]:
+        """History, time and cost per rung, total cost and moves of one trial."""
+        state = self._states.get(trial_id)
+        if state is None:
+            return {}
+        out = summary(state.spans, now=self._wall())
+        top = state.spec.trial_ladder.eligible(state.constraints)[0].name
+        out["seconds_below_top"] = sum(v["seconds"] for k, v in out["per_rung"].items()
+                                       if k != top)
+        out["placed"] = state.placed
+        return out
+
+    # --- TrialScheduler hooks ------------------------------------------------------------
+
+    @property
+    def metric(self) -> Any:
+        return self.base.metric
+
+    def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
+        _ACTIVE.add(self)
+        return self.base.set_search_properties(metric, mode, **spec)
+
+    def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
+        self.base.on_trial_add(tune_controller, trial)
+        state = self._states.get(trial.trial_id)
+        if state is None:
+            state = self._new_state(trial)
+            if state is None or trial.status not in _LIVE:
+                return
+            rung = self._decide(state, self._clock())
+            if rung is None:
+                state.park_on_add = True  # listed as PENDING only after this hook returns
+            else:
+                self._place(trial, state, rung, "first placement")
+            return
+        if trial.status != Trial.PENDING:
+            return
+        # Requeued by Tune after a failure: re-place it now, not where it was.
+        rung = self._decide(state, self._clock())  # on_trial_error read capacity just now
+        if rung is None:
+            self._park(tune_controller, trial, state)
+        else:
+            self._place(trial, state, rung, f"{state.placed} lost")
+        state.released = None
+
+    def on_trial_error(self, tune_controller: Any, trial: Trial) -> None:
+        state = self._states.get(trial.trial_id)
+        if state is not None:
+            view = self._view(state.spec)
+            view.refresh()
+            alive = view.node_alive(state.node_id)
+            self._close(state, "trial failed" if alive else "node lost")
+            state.moving = False
+            if alive and state.placed and state.node_id:
+                state.released = (state.placed, state.node_id)
+        self.base.on_trial_error(tune_controller, trial)
+
+    def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict) -> str:
+        decision = self.base.on_trial_result(tune_controller, trial, result)
+        state = self._states.get(trial.trial_id)
+        if state is None:
+            return decision
+        self._note_result(state, result)
+        if (decision != TrialScheduler.CONTINUE or not result.get("should_checkpoint")
+                or result.get("done")):
+            return decision
+        self._tick(tune_controller, self._clock())
+        target, placed = state.selector.current, state.placed
+        ladder = state.spec.trial_ladder
+        if target is None or placed is None or ladder.index(target) >= ladder.index(placed):
+            return decision
+        # At a checkpoint and a better rung has been free long enough: pause, move, resume.
+        state.moving = True
+        if state.node_id:
+            state.released = (placed, state.node_id)
+        self._close(state, f"climbed to {target}")
+        return TrialScheduler.PAUSE
+
+    def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict) -> None:
+        state = self._states.get(trial.trial_id)
+        if state is not None:
+            self._close(state, "completed")
+        self.base.on_trial_complete(tune_controller, trial, result)
+
+    def on_trial_remove(self, tune_controller: Any, trial: Trial) -> None:
+        state = self._states.get(trial.trial_id)
+        if state is not None:
+            self._close(state, "stopped")
+        self.base.on_trial_remove(tune_controller, trial)
+
+    def choose_trial_to_run(self, tune_controller: Any) -> Trial | None:
+        # The wrapper Tune hands schedulers warns on private reads; ask the controller.
+        controller = getattr(tune_controller, "_tune_controller", tune_controller)
+        if getattr(controller, "_reuse_actors", False):
+            raise ValueError("LadderScheduler moves trials between actors: set "
+                             "reuse_actors=False in tune.TuneConfig()")
+        now = self._clock()
+        trials = self._live(tune_controller)
+        self._tick(tune_controller, now, trials)
+        for trial, state in trials:
+            if state.park_on_add:
+                state.park_on_add = False
+                if trial.status == Trial.PENDING:
+                    self._park(tune_controller, trial, state)
+        for trial, state in trials:
+            if trial.status == Trial.PAUSED and (state.parked or state.moving):
+                rung = self._decide(state, now)
+                if rung is not None:
+                    reason = "climb at checkpoint" if state.moving else "capacity free"
+                    self._place(trial, state, rung, reason)
+                    state.parked = state.moving = False
+                    state.released = None
+                    return trial
+        chosen = self.base.choose_trial_to_run(tune_controller)
+        state = self._states.get(chosen.trial_id) if chosen is not None else None
+        if chosen is None or state is None or chosen.status != Trial.PAUSED:
+            return chosen
+        if state.parked or state.moving:
+            return None  # ours, still waiting for a free rung
+        rung = self._decide(state, now)  # paused by the base scheduler
+        if rung is None:
+            state.parked = True
+            return None
+        self._place(chosen, state, rung, "resumed")
+        return chosen
+
+    def debug_string(self) -> str:
+        return f"(LadderScheduler) {self.base.debug_string()}"
+
+    def save(self, checkpoint_path: str) -> None:
+        self.base.save(checkpoint_path)
+
+    def restore(self, checkpoint_path: str) -> None:
+        self.base.restore(checkpoint_path)
+
+    def refresh(self) -> None:
+        """Read capacity now (a daemon thread does it every ``policy.probe_interval_s``)."""
+        for view in list(self._views.values()):
+            view.refresh()
+
+    def stop(self) -> None:
+        """Stop the capacity refresh threads (the callback does so when the run ends)."""
+        for view in self._views.values():
+            view.stop()
+        self._views.clear()
+        _ACTIVE.discard(self)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_views"] = {}  # holds a lock and Ray state; rebuilt on use
+        return state
+
+    # --- internals -----------------------------------------------------------------------
+
+    def _new_state(self, trial: Trial) -> _TrialState | None:
+        spec = spec_of(trial.get_trainable_cls())
+        if spec is None:
+            return None  # not a ladder trainable: leave it to the base scheduler
+        constraints = spec.constraints_for(trial.config)
+        pgf = trial.placement_group_factory
+        placed = spec.rung_of(pgf.bundles if pgf is not None else None, None, constraints)
+        state = _TrialState(trial.trial_id, spec, constraints,
+                            Selector(spec.trial_ladder, constraints), placed)
+        self._states[trial.trial_id] = state
+        return state
+
+    def _view(self, spec: LadderTrialSpec) -> _View:
+        view = self._views.get(id(spec))
+        if view is None:
+            view = self._views[id(spec)] = _View(spec, self._source, self._clock)
+        return view
+
+    def _live(self, tune_controller: Any) -> list[tuple[Trial, _TrialState]]:
+        out = []
+        for trial in tune_controller.get_trials():
+            state = self._states.get(trial.trial_id)
+            if state is not None and trial.status in _LIVE:
+                out.append((trial, state))
+        return out
+
+    def _free(self, state: _TrialState, running: bool) -> dict[str, bool]:
+        """Per rung: can this trial get a placement there now?"""
+        view = self._view(state.spec)
+        snap = view.snap
+        assert snap is not None
+        # Placements promised to other trials that do not hold them yet.
+        promised = Counter(s.placed for s in self._states.values()
+                           if s is not state and s.pending and s.spec is state.spec)
+        out = {}
+        for name in state.selector.eligible:
+            free = snap.rungs[name].available - promised[name]
+            if (state.released and state.released[0] == name
+                    and view.node_alive(state.released[1])):
+                free += 1  # its own placement there is being given back
+            out[name] = free > 0
+        if running and state.placed:
+            out[state.placed] = True
+        return out
+
+    def _decide(self, state: _TrialState, now: float) -> str | None:
+        """Best eligible rung with a free placement now (a fresh first observation)."""
+        selector = Selector(state.spec.trial_ladder, state.constraints)
+        rung = selector.observe(self._free(state, running=False), now).rung
+        if rung is not None:
+            state.selector = selector  # hysteresis counts from this placement
+        return rung
+
+    def _tick(self, tune_controller: Any, now: float,
+              trials: list[tuple[Trial, _TrialState]] | None = None) -> None:
+        """Let each running trial's selector observe every new capacity snapshot."""
+        if trials is None:
+            trials = self._live(tune_controller)
+        for trial, state in trials:
+            state.pending = trial.status == Trial.PENDING
+        for trial, state in trials:
+            view = self._view(state.spec)
+            if trial.status == Trial.RUNNING and state.observed_at != view.at:
+                state.selector.observe(self._free(state, running=True), now)
+                state.observed_at = view.at
+
+    def _place(self, trial: Trial, state: _TrialState, rung: str, reason: str) -> None:
+        previous = state.placed
+        state.pending = True
+        if rung != previous:
+            trial.update_resources(state.spec.resources(rung))
+            state.placed = rung
+            ladder = state.spec.trial_ladder
+            direction = None
+            if previous is not None:
+                direction = "down" if ladder.index(rung) > ladder.index(previous) else "up"
+            self._emit(TransitionEvent(self._clock(), state.spec.ladder.name, previous, rung,
+                                       direction, f"trial {trial.trial_id}: {reason}"))
+
+    def _park(self, tune_controller: Any, trial: Trial, state: _TrialState) -> None:
+        tune_controller._set_trial_status(trial, Trial.PAUSED)
+        state.parked = True
+        state.pending = False
+        logger.info("ladder %s: trial %s held: no eligible rung has a free placement",
+                    state.spec.ladder.name, trial.trial_id)
+
+    def _note_result(self, state: _TrialState, result: dict) -> None:
+        rung = result.get("ladder/rung")
+        node = result.get("ladder/node_id")
+        started = result.get("ladder/started_at")
+        iteration = result.get("training_iteration")
+        spans = state.spans
+        last = spans[-1] if spans else None
+        if last is not None and last.node_id == node and last.start == started:
+            if last.end is None:
+                spans[-1] = replace(last, last_iteration=iteration)
+        else:
+            if last is not None and last.end is None:
+                self._close(state, "replaced")
+            name = rung or state.placed
+            if name is None:
+                return
+            cost = state.spec.trial_ladder.rung(name).cost_per_hour
+            start = started if isinstance(started, (int, float)) else self._wall()
+            spans.append(RungSpan(name, float(start), None, None, node, cost,
+                                  iteration, iteration))
+        state.node_id = node
+        if rung is not None and rung != state.placed:
+            logger.warning("ladder %s: trial %s reports rung %s but was placed on %s",
+                           state.spec.ladder.name, state.trial_id, rung, state.placed)
+            state.placed = rung
+
+    def _close(self, state: _TrialState, why: str) -> None:
+        state.pending = False
+        if state.spans and state.spans[-1].end is None:
+            state.spans[-1] = replace(state.spans[-1], end=self._wall(), ended_by=why)
+
+    def _emit(self, event: TransitionEvent) -> None:
+        if self.on_event is not None:
+            self.on_event(event)
+        else:
+            logger.info("ladder event %s", event.to_json())
