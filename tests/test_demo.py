@@ -32,7 +32,7 @@ from ray_ladder.demo.report import (
     write_requests_csv,
     write_summary,
 )
-from ray_ladder.demo.run import to_demo_time
+from ray_ladder.demo.run import DemoError, to_demo_time, train
 from ray_ladder.demo.story import DEFAULT_STORY, Step, StoryEvent, run_story
 from ray_ladder.testing import node_type_for_rung
 
@@ -95,6 +95,16 @@ def test_rung_class_rejects_bad_payloads_with_a_clear_message(models, payload):
     clf = DigitClassifier(RungContext("cpu", 2, "demo"), models["cpu"].estimator)
     with pytest.raises(ValueError, match="pixels"):
         clf(payload)
+
+
+def test_train_gives_one_model_per_compute_rung_or_says_which_is_missing():
+    ladder = load_ladder(DEMO_LADDER)
+    split, models = train(ladder)
+    assert list(models) == ["h100", "a100", "cpu"] and len(split.y_test) > 300
+    other = ladder.model_copy(update={"rungs": [
+        ladder.rungs[0].model_copy(update={"name": "tpu"}), *ladder.rungs[1:]]})
+    with pytest.raises(DemoError, match="tpu"):
+        train(other)
 
 
 def test_every_compute_rung_of_the_demo_ladder_has_a_class_and_a_model(models):

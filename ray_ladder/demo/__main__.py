@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import sys
 import threading
@@ -38,7 +39,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def _watchdog(deadline_s: float, console: Console) -> threading.Timer:
-    """Past the deadline: say so, stop the cluster's processes and end this one."""
+    """Past the deadline: say so, stop the cluster's processes and end this one.
+
+    A Python timer needs the GIL; should a native call hang holding it, faulthandler's C
+    thread dumps every thread's stack and exits 30 s later. Ray's processes are
+    fate-shared with this one (``PR_SET_PDEATHSIG``), so they end with it.
+    """
+    faulthandler.dump_traceback_later(deadline_s + 30.0, exit=True)
 
     def fire() -> None:
         console.print(f"[bold red]demo failed: still running after its {deadline_s:.0f}s "
@@ -76,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     finally:
         timer.cancel()
+        faulthandler.cancel_dump_traceback_later()
 
 
 if __name__ == "__main__":

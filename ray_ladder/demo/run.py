@@ -6,7 +6,6 @@ import argparse
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -160,9 +159,24 @@ def start_cluster(cluster: Any, console: Console, attempts: int = 2) -> None:
                           "trying once more ...[/yellow]")
 
 
-def _train() -> tuple[DigitsSplit, dict[str, TrainedModel]]:
-    split = load_split()
-    return split, train_models(split)
+def train(ladder: Ladder) -> tuple[DigitsSplit, dict[str, TrainedModel]]:
+    """The held-out split and one trained model per compute rung of ``ladder``.
+
+    Runs before any Ray process is spawned, on one BLAS thread: Ray forks its processes
+    with a ``preexec_fn``, and OpenBLAS's fork handler deadlocks (GIL held) when a BLAS
+    call is running in another thread at that moment.
+    """
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1):
+        split = load_split()
+        trained = train_models(split)
+    compute = [r.name for r in ladder.rungs if r.is_compute]
+    models = {k: v for k, v in trained.items() if k in compute}
+    if sorted(models) != sorted(compute):
+        raise DemoError(f"the demo has models for {sorted(trained)}, but the ladder's "
+                        f"compute rungs are {compute}")
+    return split, models
 
 
 def run_demo(args: argparse.Namespace, console: Console) -> int:
@@ -170,6 +184,11 @@ def run_demo(args: argparse.Namespace, console: Console) -> int:
     phase = Phases(console)
     ladder: Ladder = load_ladder(args.ladder)
     top = ladder.rungs[0].name
+
+    phase("train", "training one model per compute rung on scikit-learn's digits ...")
+    split, models = train(ladder)
+    console.print(_accuracy_table(models))
+    samples = split.samples()
 
     import ray
 
@@ -183,11 +202,7 @@ def run_demo(args: argparse.Namespace, console: Console) -> int:
 
     cluster = LocalCluster.from_ladder(ladder, connect=False)
     phase("cluster", "starting the local cluster (head + " + " + ".join(
-        f"{t} node" for t in cluster.node_types) + "); training the models meanwhile ...")
-    # Training runs while the raylets boot: both mostly wait on different things.
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ladder-demo-train")
-    training = pool.submit(_train)
-    pool.shutdown(wait=False)
+        f"{t} node" for t in cluster.node_types) + ") ...")
     LIVE_CLUSTERS.append(cluster)
     gen: LoadGenerator | None = None
     stack = ExitStack()
@@ -198,14 +213,6 @@ def run_demo(args: argparse.Namespace, console: Console) -> int:
                  log_to_driver=args.verbose)
         if not args.verbose:
             notices = stack.enter_context(ray_messages_to(args.out / "ray-messages.log"))
-        split, trained = training.result(timeout=120)
-        compute = [r.name for r in ladder.rungs if r.is_compute]
-        models = {k: v for k, v in trained.items() if k in compute}
-        if sorted(models) != sorted(compute):
-            raise DemoError(f"the demo has models for {sorted(trained)}, but the ladder's "
-                            f"compute rungs are {compute}")
-        console.print(_accuracy_table(models))
-        samples = split.samples()
 
         from ray import serve
 
