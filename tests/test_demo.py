@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -14,6 +16,7 @@ from rich.console import Console
 from ray_ladder import RungContext, load_ladder
 from ray_ladder.demo.__main__ import parse_args
 from ray_ladder.demo.load import LadderWatch, LoadGenerator, RequestRecord, parse_response
+from ray_ladder.demo.load_process import LoadProcess
 from ray_ladder.demo.models import (
     DigitClassifier,
     load_split,
@@ -184,6 +187,53 @@ def test_load_generator_stops_on_time_when_asked():
     time.sleep(0.3)
     assert gen.stop(timeout_s=5.0)
     assert 1 <= len(gen.records()) <= 5
+
+
+class _DigitHandler(BaseHTTPRequestHandler):
+    """A stand-in ladder on loopback: POST / answers a digit; GET /-/ladder a state."""
+
+    def _send(self, status, body, headers=()):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self):  # noqa: N802 (http.server's naming)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self._send(200, {"digit": int(body["pixels"][0])}, [("X-Ladder-Rung", "cpu")])
+
+    def do_GET(self):  # noqa: N802
+        self._send(200, {"current": "cpu", "events": [{"time": 1.0, "to": "cpu"}],
+                         "rungs": [{"name": "h100", "down_reason": "gone"}]})
+
+    def log_message(self, *args):
+        pass
+
+
+def test_load_process_runs_the_generator_in_a_child_and_streams_back(tmp_path):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _DigitHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        gen = LoadProcess(url, [([3.0] * 64, 3), ([5.0] * 64, 4)], rate_hz=40.0,
+                          duration_s=1.0, watch_interval_s=0.1).start()
+        started = time.monotonic()
+        while gen.running and time.monotonic() - started < 30:
+            time.sleep(0.05)
+        assert gen.stop(timeout_s=10)
+    finally:
+        server.shutdown()
+    records = gen.records()
+    assert gen.crash is None
+    assert 30 <= len(records) <= 40
+    assert all(r.answered and r.rung == "cpu" for r in records)
+    assert sum(r.correct for r in records) == len([r for r in records if r.label == 3])
+    assert max(r.t for r in records) < 1.5 and gen.now() > 1.0  # the child's clock is ours
+    assert gen.watch.state["current"] == "cpu" and gen.watch.downs[0]["rung"] == "h100"
 
 
 def test_ladder_watch_deduplicates_repeated_events():

@@ -14,7 +14,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from ray_ladder.demo.load import LoadGenerator, RequestRecord, probe
+from ray_ladder.demo.load import RequestRecord, probe
+from ray_ladder.demo.load_process import LoadProcess
 from ray_ladder.demo.models import (
     DigitsSplit,
     TrainedModel,
@@ -204,7 +205,7 @@ def run_demo(args: argparse.Namespace, console: Console) -> int:
     phase("cluster", "starting the local cluster (head + " + " + ".join(
         f"{t} node" for t in cluster.node_types) + ") ...")
     LIVE_CLUSTERS.append(cluster)
-    gen: LoadGenerator | None = None
+    gen: LoadProcess | None = None
     stack = ExitStack()
     notices = [0]
     try:
@@ -241,7 +242,7 @@ def run_demo(args: argparse.Namespace, console: Console) -> int:
         phase("story", f"{top} answers; traffic at {args.rate:g} req/s; story: " + ", ".join(
             f"+{s.at_s:g}s {s.label}" for s in steps))
         bound = story_seconds(steps, args.climb_timeout, args.tail) + 10.0
-        gen = LoadGenerator(url, samples, rate_hz=args.rate, duration_s=bound)
+        gen = LoadProcess(url, samples, rate_hz=args.rate, duration_s=bound)
         result = tell_story(console, gen, cluster, ladder, steps, args)
         stopped = gen.stop()
         phase("report", "traffic stopped; summary:")
@@ -279,7 +280,7 @@ def run_demo(args: argparse.Namespace, console: Console) -> int:
         phase(None, "cluster stopped")
 
 
-def tell_story(console: Console, gen: LoadGenerator, cluster: Any, ladder: Ladder,
+def tell_story(console: Console, gen: LoadProcess, cluster: Any, ladder: Ladder,
                steps: Sequence[Step], args: argparse.Namespace) -> Any:
     """Start the traffic and play the story under the live table."""
     events: list[StoryEvent] = []
