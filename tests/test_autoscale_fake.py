@@ -21,7 +21,7 @@ rungs:
   - {name: a100, resources: {ladder/a100: 1}, quality: 0.9}
   - {name: cpu, num_cpus: 1, quality: 0.5}
 """)
-OPTIONS = {"retry_initial_s": 4.0, "retry_max_s": 8.0, "provision_timeout_s": 60.0,
+OPTIONS = {"retry_initial_s": 2.0, "retry_max_s": 4.0, "provision_timeout_s": 60.0,
            "drain_s": 1.0, "interval_s": 0.5}
 
 
@@ -106,6 +106,34 @@ def _alive_types() -> set[str]:
 
 
 def test_stockout_falls_back_then_climbs_back_without_losing_work(cluster, hook):
+    import ray
+
+    from ray_ladder.autoscale import HookWatcher
+
+    @ray.remote(num_cpus=0)
+    class Subscriber:  # what a Serve ladder or task pool plugs in
+        def __init__(self) -> None:
+            self.roles: list[dict] = []
+
+        def on_autoscale(self, state: dict) -> None:
+            self.roles.append({n: r["role"] for n, r in state["rungs"].items()})
+
+        def seen(self) -> list[dict]:
+            return self.roles
+
+    sub = Subscriber.remote()
+    ray.get(hook.subscribe.remote(sub))
+    watched: list[str | None] = []
+    watcher = HookWatcher("fake-as", lambda s: watched.append(s["serving"])).start()
+    try:
+        _climb(cluster, hook, sub, watcher, watched)
+    finally:
+        watcher.stop()
+
+
+def _climb(cluster, hook, sub, watcher, watched) -> None:
+    import ray
+
     with Consumer(hook) as consumer:
         # 1. h100 refused: the hook asks for a100 without a human, and work runs there.
         wait_until(lambda: _state(hook).get("serving") == "a100", 120,
@@ -118,9 +146,9 @@ def test_stockout_falls_back_then_climbs_back_without_losing_work(cluster, hook)
         events = cluster.events()
         first_refusal = next(e["time"] for e in events if e["event"] == "refused")
         a100_launch = next(e["time"] for e in events
-                           if e["event"] == "launched" and e["node_type"] == "a100")
+                           if e["event"] == "launching" and e["node_type"] == "a100")
         assert first_refusal < a100_launch
-        assert not any(e["event"] == "launched" and e["node_type"] == "h100" for e in events)
+        assert not any(e["event"] == "launching" and e["node_type"] == "h100" for e in events)
         # The standing request for h100 is damped: refusals come in bursts, not every second.
         # 2. h100 comes back: the next probe gets it, traffic moves after the hysteresis.
         cluster.set_schedule(None)
@@ -143,6 +171,16 @@ def test_stockout_falls_back_then_climbs_back_without_losing_work(cluster, hook)
     assert ("released", "a100") in kinds
     terminated = [e for e in cluster.events() if e["event"] == "terminated"]
     assert [e["node_type"] for e in terminated] == ["a100"]
+    # Subscribers saw every step: h100 warmed before it served; a100 drained, then released.
+    watcher.stop()
+    assert watched[-1] == "h100" and "a100" in watched
+    roles = ray.get(sub.seen.remote())
+    h100 = [r["h100"] for r in roles]
+    a100 = [r["a100"] for r in roles]
+    assert h100.index("warming") < len(h100) - 1 - h100[::-1].index("serving")
+    assert h100[-1] == "serving"
+    last_serving = len(a100) - 1 - a100[::-1].index("serving")
+    assert a100[last_serving:].index("draining") < a100[last_serving:].index("released")
 
 
 def test_cli_status_prints_the_hook_state(cluster, hook):

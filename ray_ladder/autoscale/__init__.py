@@ -17,6 +17,7 @@ from ray_ladder.autoscale.schedule import CapacitySchedule, TraceReplay, Window
 
 _LAZY = {
     "AutoscaleHook": "ray_ladder.autoscale.hook",
+    "HookWatcher": "ray_ladder.autoscale.hook",
     "start_hook": "ray_ladder.autoscale.hook",
     "get_hook": "ray_ladder.autoscale.hook",
     "stop_hook": "ray_ladder.autoscale.hook",
@@ -30,9 +31,9 @@ _LAZY = {
 
 __all__ = [
     "AutoscaleHook", "AutoscaleOptions", "AutoscalePlanner", "CapacitySchedule",
-    "FakeAutoscalingCluster", "LaunchFailure", "Plan", "RungState", "StockoutProvider",
-    "TraceReplay", "Window", "fake_worker_type", "get_hook", "hook_name", "hook_state",
-    "render", "start_hook", "stop_hook",
+    "FakeAutoscalingCluster", "HookWatcher", "LaunchFailure", "Plan", "RungState",
+    "StockoutProvider", "TraceReplay", "Window", "fake_worker_type", "get_hook", "hook_name",
+    "hook_state", "render", "start_hook", "stop_hook",
 ]
 
 

@@ -153,7 +153,7 @@ class FakeAutoscalingCluster:
             raise RuntimeError("FakeAutoscalingCluster is not started")
         return self.dir / name
 
-    def start(self, attempts: int = 2) -> FakeAutoscalingCluster:
+    def start(self, attempts: int = 3) -> FakeAutoscalingCluster:
         """Start the head (and so the autoscaler); returns when the GCS answers.
 
         Ray gives a raylet 30 s to register; on a loaded machine that can fail, so the
@@ -198,8 +198,11 @@ class FakeAutoscalingCluster:
                "--system-config=" + json.dumps(self.system_config, separators=(",", ":"))]
         if head:
             cmd.append("--resources=" + json.dumps(head))
+        # Token auth off unless asked: Ray turns it on whenever ~/.ray/auth_token exists, and
+        # that file is shared by every cluster of the user (a private test cluster needs none).
         env = {**os.environ, "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1",
-               "RAY_USAGE_STATS_ENABLED": "0", **self.env}
+               "RAY_USAGE_STATS_ENABLED": "0",
+               "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled"), **self.env}
         log = self._path("ray-start.log").open("wb")
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)

@@ -242,6 +242,58 @@ def stop_hook(ladder: str, namespace: str = HOOK_NAMESPACE, timeout_s: float = 3
     return True
 
 
+class HookWatcher:
+    """Calls ``on_change(state)`` in a daemon thread each time a ladder's hook state changes.
+
+    The plug for consumers that are not actors (a Serve router's replica, a driver, a task
+    pool): it long-polls :meth:`AutoscaleHook.wait_for_change`, so a change arrives within
+    one hook step. Per rung, ``state["rungs"][name]["role"]`` says what to do (see
+    :class:`AutoscaleHook`). An exception in ``on_change`` is logged and watching goes on.
+
+    Example:
+        >>> w = HookWatcher("llm", lambda s: print(s["serving"])).start()  # doctest: +SKIP
+        >>> w.stop()  # doctest: +SKIP
+    """
+
+    def __init__(self, ladder: str, on_change: Any, *, namespace: str = HOOK_NAMESPACE,
+                 poll_timeout_s: float = 10.0) -> None:
+        self.ladder, self.on_change = ladder, on_change
+        self.namespace, self.poll_timeout_s = namespace, poll_timeout_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ladder-hook-watch",
+                                        daemon=True)
+
+    def start(self) -> HookWatcher:
+        """Start watching (returns self)."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop watching (returns within one poll)."""
+        self._stop.set()
+        self._thread.join(timeout=self.poll_timeout_s + 5)
+
+    def _run(self) -> None:
+        import ray
+
+        version = None
+        while not self._stop.is_set():
+            try:
+                hook = get_hook(self.ladder, self.namespace)
+                state = ray.get(hook.wait_for_change.remote(version, self.poll_timeout_s))
+            except SystemExit:  # ray.shutdown() in this process: nothing left to watch
+                return
+            except Exception:  # hook restarting or not started yet: try again shortly
+                self._stop.wait(1.0)
+                continue
+            if state and state.get("version") != version:
+                version = state.get("version")
+                try:
+                    self.on_change(state)
+                except Exception:
+                    logger.exception("hook watcher callback failed")
+
+
 def hook_state(ladder: str | None = None) -> dict[str, dict[str, Any]]:
     """Published hook states by ladder name (all ladders when ``ladder`` is None)."""
     from ray.experimental.internal_kv import _internal_kv_list

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ def _connected(address: str) -> Iterator[None]:
     if ray.is_initialized():  # already a driver (tests, notebooks): reuse the connection
         yield
         return
-    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
     try:
         yield
     finally:
