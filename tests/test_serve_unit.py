@@ -328,3 +328,35 @@ def test_app_builder_validates_its_args(tmp_path):
         app_builder({"ladder": str(path), "rungs": {}, "colour": "blue"})
     with pytest.raises(ValueError, match="no class"):
         app_builder({"ladder": str(path), "rungs": {"h100": model}})
+
+
+def test_other_compute_rung_is_what_a_timeout_may_fall_to():
+    state = _state()
+    state.observe({"h100": 1, "a100": 1, "l4": 0}, {**ALL_UP, "l4": False}, now=0)
+    everyone, eu = state.selector(None, 0), state.selector(EU, 0)
+    assert state.has_other_compute(everyone, "h100")  # a100
+    assert not state.has_other_compute(eu, "a100")  # l4 has no node: only cache is left
+
+
+def test_hedge_target_is_the_best_other_obtainable_compute_rung():
+    state = _state()
+    state.observe({"h100": 1, "a100": 1, "l4": 0}, ALL_UP, now=0)
+    everyone = state.selector(None, 0)
+    assert state.hedge_target(everyone, {"h100"}) == "a100"
+    assert state.hedge_target(everyone, {"h100", "a100"}) == "l4"
+    assert state.hedge_target(state.selector(EU, 0), {"a100", "l4"}) is None  # never h100
+
+
+def test_the_example_serve_config_builds(monkeypatch):
+    import yaml
+    from ray.serve import Application
+
+    from ray_ladder.serve import app_builder
+
+    root = __import__("pathlib").Path(__file__).resolve().parent.parent
+    monkeypatch.chdir(root)  # paths in the config are relative to where `serve run` starts
+    monkeypatch.syspath_prepend(str(root))
+    config = yaml.safe_load((root / "examples" / "serve_config.yaml").read_text())
+    (application,) = config["applications"]
+    assert application["import_path"] == "ray_ladder.serve:app_builder"
+    assert isinstance(app_builder(application["args"]), Application)

@@ -79,7 +79,7 @@ def build_app(
     init_kwargs: Mapping[str, dict[str, Any]] | None = None,
     max_body_bytes: int = 1_000_000,
     name: str | None = None,
-    assign_timeout_s: float = 0.5,
+    assign_timeout_s: float = 0.25,
     request_timeout_s: float | None = None,
     down_cooldown_s: float | None = None,
     router_label_selector: Mapping[str, str] | None = None,
@@ -186,7 +186,7 @@ class LadderAppArgs(BaseModel):
         default_factory=dict, description="Rung name -> keyword arguments of its class.")
     max_body_bytes: int = Field(1_000_000, ge=1, description="Larger bodies get 413.")
     name: str | None = Field(None, description="Router deployment name.")
-    assign_timeout_s: float = Field(0.5, gt=0, description="See build_app.")
+    assign_timeout_s: float = Field(0.25, gt=0, description="See build_app.")
     request_timeout_s: float | None = Field(None, gt=0, description="See build_app.")
     down_cooldown_s: float | None = Field(None, gt=0, description="See build_app.")
     router_label_selector: dict[str, str] | None = Field(

@@ -72,6 +72,7 @@ class RouterState:
         self._on_event = on_event
         self._standby = {r.name: standby_replicas(ladder, r) for r in ladder.rungs}
         self._compute = [r.name for r in ladder.rungs if r.is_compute]
+        self._is_compute = {r.name: r.is_compute for r in ladder.rungs}
         self._running: dict[str, int] = {}
         self._placeable: dict[str, bool] = {}
         self._down: dict[str, tuple[float, str]] = {}
@@ -82,6 +83,9 @@ class RouterState:
         self._decisions: dict[tuple[object, ...], Decision] = {}
         self._selectors[_DEFAULT_KEY] = Selector(ladder, None, on_event=self._record)
         self.observations = 0
+        #: Compute rungs the last observation found no longer obtainable (requests still
+        #: waiting on them should go elsewhere).
+        self.lost: list[str] = []
 
     # --- observations ------------------------------------------------------------------
 
@@ -104,7 +108,9 @@ class RouterState:
         return out
 
     def _observe_all(self, now: float) -> Decision:
+        before = self._obtainable
         self._obtainable = self.obtainable(now)
+        self.lost = [n for n in self._compute if before.get(n) and not self._obtainable[n]]
         self.observations += 1
         for key, selector in self._selectors.items():
             self._decisions[key] = selector.observe(self._obtainable, now)
@@ -126,6 +132,26 @@ class RouterState:
         """A request saw ``rung`` fail: unobtainable for the cooldown, re-observe at once."""
         self._down[rung] = (now + self.down_cooldown_s, reason)
         return self._observe_all(now)
+
+    def has_other_compute(self, selector: Selector, rung: str) -> bool:
+        """Whether an eligible compute rung of ``selector`` other than ``rung`` is
+        obtainable (as of the last observation)."""
+        return self.hedge_target(selector, {rung}) is not None
+
+    def hedge_target(self, selector: Selector, exclude: set[str]) -> str | None:
+        """Where to send a copy of a request whose rung is slow to take it: the best
+        obtainable eligible compute rung not in ``exclude``. Reads the state only; the
+        ladder itself moves by the selectors' decisions."""
+        for name in selector.eligible:
+            if name not in exclude and self._is_compute[name] \
+                    and self._obtainable.get(name, False):
+                return name
+        return None
+
+    def is_down(self, rung: str, now: float) -> bool:
+        """Whether a failure marked ``rung`` down and its cooldown is still running."""
+        down = self._down.get(rung)
+        return down is not None and down[0] > now
 
     # --- choices -----------------------------------------------------------------------
 

@@ -8,11 +8,13 @@ class RungFailed(Exception):
 
     Attributes:
         reason: A short sentence for the request's attempt list.
+        timeout: True when the rung said nothing (no error): ambiguous for a ping.
     """
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, *, timeout: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.timeout = timeout
 
 
 def _capacity_errors() -> tuple[type[BaseException], ...]:

@@ -12,10 +12,12 @@ from typing import Any
 from ray_ladder.capacity import CapacityView
 from ray_ladder.constraints import Constraints
 from ray_ladder.exceptions import Attempt, LadderExhaustedError
+from ray_ladder.selector import Selector
 from ray_ladder.serve import http
 from ray_ladder.serve.cache import AnswerCache, payload_key
+from ray_ladder.serve.calls import Pending, RungCaller
 from ray_ladder.serve.core import RouterState
-from ray_ladder.serve.errors import RungFailed, failure_reason
+from ray_ladder.serve.errors import RungFailed
 from ray_ladder.serve.metrics import LadderMetrics, configure_event_logging
 from ray_ladder.serve.result import LadderResult
 from ray_ladder.spec import Ladder
@@ -53,12 +55,12 @@ class LadderRouter:
     ) -> None:
         self.ladder = Ladder.from_json(ladder_json)
         policy = self.ladder.policy
-        self._handles = dict(handles)
-        self._ping = {name: h.options(method_name="ladder_ping") for name, h in handles.items()}
+        self._caller = RungCaller(
+            handles, assign_timeout_s=float(options["assign_timeout_s"]),
+            request_timeout_s=options.get("request_timeout_s"),
+            pending_timeout_s=policy.pending_timeout_s)
         self._deployments = dict(deployments)
         self._max_body_bytes = int(options["max_body_bytes"])
-        self._assign_timeout_s = float(options["assign_timeout_s"])
-        self._request_timeout_s = options.get("request_timeout_s")
         cooldown = options.get("down_cooldown_s") or max(1.0, 2 * policy.probe_interval_s)
         self._app_name = options.get("app_name")
         configure_event_logging()
@@ -72,7 +74,7 @@ class LadderRouter:
             self._cache = (AnswerCache(settings.max_entries, settings.ttl_s) if settings
                            else AnswerCache())
         self._view = CapacityView(self.ladder, refresh_interval_s=policy.probe_interval_s)
-        self._priming: set[str] = set()
+        self._pinging: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._probe_errors = 0
         try:
@@ -113,11 +115,9 @@ class LadderRouter:
         running = await asyncio.to_thread(self._read_running)
         snapshot = await asyncio.to_thread(self._view.refresh)
         decision = self._state.observe(running, snapshot.obtainable, time.time())
+        self._caller.signal_lost(self._state.lost)
         self._metrics.decision(decision)
-        for rung in self._state.to_prime():
-            if rung not in self._priming:
-                self._priming.add(rung)
-                self._spawn(self._prime(rung))
+        self._start_pings()
 
     async def _probe_loop(self) -> None:
         interval = self.ladder.policy.probe_interval_s
@@ -134,53 +134,42 @@ class LadderRouter:
                 self._probe_errors += 1
                 logger.warning("ladder probe failed", exc_info=True)
 
-    async def _prime(self, rung: str) -> None:
-        """Ask a cold rung for a replica (Serve scales from zero on a queued request)."""
+    async def _ping(self, rung: str, timeout_s: float) -> None:
+        """Reach ``rung``: starts a cold replica, keeps a standby's handle warm."""
         try:
-            await asyncio.wait_for(self._ping[rung].remote(),
-                                   self.ladder.policy.pending_timeout_s)
-        except Exception:  # a prime that fails is retried at a later probe
-            logger.debug("priming %s failed", rung, exc_info=True)
+            await self._caller.ping(rung, timeout_s)
+        except RungFailed as failed:
+            if not failed.timeout:  # an error, not silence: the rung is gone
+                self._failed(rung, failed.reason)
+        except Exception:  # a user __init__ bug shows on real requests; keep probing
+            logger.debug("ping of %s failed", rung, exc_info=True)
         finally:
-            self._priming.discard(rung)
+            self._pinging.discard(rung)
+
+    def _start_pings(self) -> None:
+        policy = self.ladder.policy
+        obtainable = self._state.obtainable(time.time())
+        for rung in self._state.to_prime():
+            if rung not in self._pinging:
+                self._pinging.add(rung)
+                self._spawn(self._ping(rung, policy.pending_timeout_s))
+        for rung, ok in obtainable.items():
+            if (ok and self._state.is_warm(rung) and rung not in self._pinging
+                    and not self._caller.answered_within(rung, policy.probe_interval_s)):
+                self._pinging.add(rung)
+                self._spawn(self._ping(rung, max(1.0, 4 * self._caller.assign_timeout_s)))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    # --- requests ----------------------------------------------------------------------
-
-    async def _call(self, rung: str, payload: Any) -> Any:
-        """Run ``payload`` on ``rung``; :class:`RungFailed` when the rung cannot answer."""
-        warm = self._state.is_warm(rung)
-        assign_s = self._assign_timeout_s if warm else max(
-            self._assign_timeout_s, self.ladder.policy.pending_timeout_s)
-        response = self._handles[rung].remote(payload)
-        try:
-            # Two phases: a dead replica shows as a request no replica takes, so that
-            # wait is short; the answer itself may take as long as the model needs.
-            replica_result = await asyncio.wait_for(
-                response._fetch_future_result_async(), assign_s)
-            return await asyncio.wait_for(replica_result.get_async(),
-                                          self._request_timeout_s)
-        except asyncio.TimeoutError:
-            response.cancel()
-            phase = "no replica took the request" if response._replica_result is None \
-                else "no answer"
-            limit = assign_s if response._replica_result is None else self._request_timeout_s
-            raise RungFailed(f"{phase} within {limit:g}s") from None
-        except asyncio.CancelledError:
-            response.cancel()
-            raise
-        except Exception as err:
-            reason = failure_reason(err)
-            if reason is None:
-                raise
-            raise RungFailed(reason) from err
-
     def _failed(self, rung: str, reason: str) -> None:
-        decision = self._state.mark_down(rung, reason, time.time())
+        now = time.time()
+        if self._state.is_down(rung, now):
+            return  # another request already reported it; the selectors moved then
+        decision = self._state.mark_down(rung, reason, now)
+        self._caller.signal_lost(self._state.lost)
         self._metrics.decision(decision)
         logger.warning("rung %s failed a request (%s); marked down", rung, reason)
 
@@ -197,16 +186,14 @@ class LadderRouter:
             rung = self.ladder.rung(name)
             if rung.kind == "compute":
                 try:
-                    value = await self._call(name, payload)
-                except RungFailed as failed:
-                    attempts.append(Attempt(name, failed.reason, time.time()))
-                    self._failed(name, failed.reason)
+                    value, by = await self._race(name, payload, selector, attempts, tried)
+                except RungFailed:  # every rung raced failed and is marked down
                     name = selector.current
                     continue
                 if self._cache is not None:
-                    self._cache.put(key, constraints, value, rung, time.time())
-                self._metrics.request(name)
-                return LadderResult(value, name, False, self._state.degraded_s(constraints))
+                    self._cache.put(key, constraints, value, self.ladder.rung(by), time.time())
+                self._metrics.request(by)
+                return LadderResult(value, by, False, self._state.degraded_s(constraints))
             if rung.kind == "cache":
                 hit = self._cache.get(key, constraints, time.time()) if self._cache else None
                 if hit is not None:
@@ -226,6 +213,61 @@ class LadderRouter:
             attempts.append(Attempt(None, "no eligible rung is obtainable", time.time()))
         self._metrics.request(self._shed_rung(attempts) or http.EXHAUSTED)
         raise LadderExhaustedError(self.ladder.name, attempts, self.ladder.policy.retry_after_s)
+
+    def _start(self, rung: str, payload: Any, selector: Selector) -> Pending:
+        return self._caller.start(
+            rung, payload, warm=self._state.is_warm(rung),
+            elsewhere=lambda: self._state.has_other_compute(selector, rung))
+
+    async def _race(self, name: str, payload: Any, selector: Selector,
+                    attempts: list[Attempt], tried: set[str]) -> tuple[Any, str]:
+        """Answer from ``name``, or from the rung a copy went to when ``name`` was slow
+        to take the request (a hedge: the ladder does not move for it)."""
+        loop = asyncio.get_running_loop()
+        primary = self._start(name, payload, selector)
+        racing = [primary]
+        hedge_at = loop.time() + self._caller.assign_timeout_s
+        hedged = False
+        try:
+            while racing:
+                waits: set[asyncio.Future[Any]] = {p.task for p in racing}
+                timeout = None
+                if not hedged and primary in racing and not primary.assigned.done():
+                    waits.add(primary.assigned)
+                    timeout = max(0.0, hedge_at - loop.time())
+                done, _ = await asyncio.wait(waits, timeout=timeout,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                for pending in [p for p in racing if p.task in done]:
+                    racing.remove(pending)
+                    try:
+                        return pending.task.result(), pending.rung
+                    except RungFailed as failed:
+                        attempts.append(Attempt(pending.rung, failed.reason, time.time()))
+                        self._failed(pending.rung, failed.reason)
+                if not done and not hedged and primary in racing:
+                    hedged = True
+                    target = self._state.hedge_target(selector, tried)
+                    if target is not None:
+                        tried.add(target)
+                        racing.append(self._start(target, payload, selector))
+            raise RungFailed("every rung tried failed")
+        finally:
+            for pending in racing:
+                if pending is primary and not primary.assigned.done():
+                    self._spawn(self._settle(primary))  # its fate tells whether it is gone
+                else:
+                    pending.cancel()
+
+    async def _settle(self, pending: Pending) -> None:
+        """Follow a request we no longer need until it is taken (cancel it: the rung is
+        alive) or fails (the rung is gone)."""
+        await asyncio.wait((pending.task, pending.assigned),
+                           return_when=asyncio.FIRST_COMPLETED)
+        pending.cancel()
+        if pending.task.done() and not pending.task.cancelled():
+            error = pending.task.exception()
+            if isinstance(error, RungFailed):
+                self._failed(pending.rung, error.reason)
 
     def _shed_rung(self, attempts: list[Attempt]) -> str | None:
         """The shed rung's name when it gave the answer, else ``None`` (exhausted)."""

@@ -1,0 +1,165 @@
+"""Calls from the router to rung deployments: timeouts that tell a dead rung from a busy one."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ray_ladder.serve.errors import RungFailed, failure_reason
+
+
+class Pending:
+    """One request in flight on one rung.
+
+    Attributes:
+        rung: The rung.
+        task: Resolves to the answer, or raises :class:`RungFailed` / the user's error.
+        assigned: Done once a replica took the request.
+    """
+
+    def __init__(self, rung: str, task: asyncio.Task[Any], assigned: asyncio.Future[None]):
+        self.rung = rung
+        self.task = task
+        self.assigned = assigned
+
+    def cancel(self) -> None:
+        """Give up on this request (cancels it on the replica too)."""
+        self.task.cancel()
+
+
+class RungCaller:
+    """Sends requests to rung deployments through their DeploymentHandles.
+
+    A replica on a dead node shows as a request that no replica takes: Serve keeps
+    routing to it until the controller drops it, and the GCS declares it dead only
+    after its health checks (about a second). So the router watches how long a request
+    waits for a replica:
+
+    * after ``assign_timeout_s`` the router *hedges*: it sends the same request to the
+      next obtainable rung as well and keeps the first answer (:meth:`start` and the
+      router's race); the ladder does not move for that;
+    * after ``8 x assign_timeout_s`` (``pending_timeout_s`` for a rung with no RUNNING
+      replica, which first has to start one) with no answer from the rung to any
+      request meanwhile, the rung has failed (:class:`RungFailed` with ``timeout``). A
+      rung that answered other requests in that window is busy, not gone, and the
+      request keeps its place; so it does when no other compute rung could take it.
+
+    The answer itself may take as long as the model needs (``request_timeout_s``). A
+    request still in flight when its rung stops being obtainable (:meth:`signal_lost`)
+    gives up at once.
+
+    Args:
+        handles: Rung name -> DeploymentHandle of its deployment.
+        assign_timeout_s: Wait for a replica to take a request before hedging.
+        request_timeout_s: Wait for an answer once taken (``None``: no limit).
+        pending_timeout_s: Wait for a cold rung's replica to start.
+
+    Example:
+        >>> caller = RungCaller(handles, assign_timeout_s=0.25, request_timeout_s=None,
+        ...                     pending_timeout_s=10)  # doctest: +SKIP
+        >>> await caller.start("h100", {"prompt": "hi"}, warm=True).task  # doctest: +SKIP
+    """
+
+    def __init__(self, handles: Mapping[str, Any], *, assign_timeout_s: float,
+                 request_timeout_s: float | None, pending_timeout_s: float) -> None:
+        self._handles = dict(handles)
+        self._ping = {name: h.options(method_name="ladder_ping") for name, h in handles.items()}
+        self.assign_timeout_s = assign_timeout_s
+        self.request_timeout_s = request_timeout_s
+        self.pending_timeout_s = pending_timeout_s
+        self._last_ok: dict[str, float] = {}
+        self._down: dict[str, asyncio.Future[None]] = {}
+
+    def answered_within(self, rung: str, seconds: float) -> bool:
+        """Whether ``rung`` answered a request or ping in the last ``seconds``."""
+        last = self._last_ok.get(rung)
+        return last is not None and asyncio.get_running_loop().time() - last <= seconds
+
+    def signal_lost(self, rungs: Iterable[str]) -> None:
+        """``rungs`` stopped being obtainable: requests in flight on them give up now."""
+        for rung in rungs:
+            future = self._down.pop(rung, None)
+            if future is not None and not future.done():
+                future.set_result(None)
+
+    def _down_signal(self, rung: str) -> asyncio.Future[None]:
+        future = self._down.get(rung)
+        if future is None or future.done():
+            future = asyncio.get_running_loop().create_future()
+            self._down[rung] = future
+        return future
+
+    def dead_after(self, warm: bool) -> float:
+        """Silence after which a rung has failed a request (see the class doc)."""
+        if warm:
+            return 8 * self.assign_timeout_s
+        return max(8 * self.assign_timeout_s, self.pending_timeout_s)
+
+    def start(self, rung: str, payload: Any, *, warm: bool,
+              elsewhere: Callable[[], bool] = lambda: True) -> Pending:
+        """Send ``payload`` to ``rung``; the returned :class:`Pending` resolves to its answer.
+
+        ``elsewhere()`` says whether another compute rung could take the request: when
+        none could, silence is not worth giving up on (a dead rung is still left once
+        the router sees its node gone).
+        """
+        assigned: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        task = asyncio.ensure_future(self._send(
+            self._handles[rung], rung, (payload,), self.dead_after(warm),
+            self.request_timeout_s, elsewhere, assigned))
+        return Pending(rung, task, assigned)
+
+    async def ping(self, rung: str, timeout_s: float) -> None:
+        """Reach a replica of ``rung`` (starts one on a cold rung; warms the handle)."""
+        assigned: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        await self._send(self._ping[rung], rung, (), timeout_s, timeout_s, lambda: True,
+                         assigned)
+
+    async def _send(self, handle: Any, rung: str, args: tuple[Any, ...], dead_s: float,
+                    answer_s: float | None, elsewhere: Callable[[], bool],
+                    assigned: asyncio.Future[None]) -> Any:
+        loop = asyncio.get_running_loop()
+        down = self._down_signal(rung)
+        response = handle.remote(*args)
+        # Private but stable in Ray 2.60: the two halves of `await response`, so the wait
+        # for a replica and the wait for the answer get their own limits.
+        waiting: asyncio.Future[Any] = asyncio.ensure_future(
+            response._fetch_future_result_async())
+        try:
+            window = loop.time()
+            while True:
+                done, _ = await asyncio.wait((waiting, down), timeout=dead_s,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if waiting in done:
+                    break
+                if down in done:
+                    raise RungFailed("rung went down while the request waited for a replica")
+                if self._last_ok.get(rung, -1.0) < window and elsewhere():
+                    raise RungFailed(f"no replica took the request within {dead_s:g}s "
+                                     "and the rung answered nothing meanwhile", timeout=True)
+                window = loop.time()
+            replica_result = waiting.result()
+            assigned.set_result(None)
+            waiting = asyncio.ensure_future(replica_result.get_async())
+            done, _ = await asyncio.wait((waiting, down), timeout=answer_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if waiting in done:
+                value = waiting.result()
+                self._last_ok[rung] = loop.time()
+                return value
+            if down in done:
+                raise RungFailed("rung went down while the request ran")
+            raise RungFailed(f"no answer within {answer_s:g}s", timeout=True)
+        except (RungFailed, asyncio.CancelledError):
+            waiting.cancel()
+            response.cancel()
+            raise
+        except Exception as err:
+            reason = failure_reason(err)
+            if reason is None:
+                raise
+            raise RungFailed(reason) from err
+        finally:
+            if not assigned.done():
+                assigned.cancel()
