@@ -1,0 +1,300 @@
+"""Serve ladder on a real LocalCluster over real HTTP: fall, climb, cache, shed, residency."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("ray.serve")
+httpx = pytest.importorskip("httpx")
+
+import cloudpickle  # noqa: E402
+from ray import serve  # noqa: E402
+
+from ray_ladder import InvalidConstraintsError, Ladder, LadderExhaustedError  # noqa: E402
+from ray_ladder.serve import LadderResult, build_app  # noqa: E402
+from ray_ladder.testing import LocalCluster, free_port, wait_until  # noqa: E402
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
+
+LADDER = Ladder.from_yaml("""
+name: serve-it
+policy: {promotion_hysteresis: 2, probe_interval_s: 0.25, pending_timeout_s: 5,
+         retry_after_s: 7}
+rungs:
+  - {name: h100, resources: {ladder/h100: 1}, tags: {jurisdiction: us}, cost_per_hour: 10,
+     params: {model: big}}
+  - {name: a100, resources: {ladder/a100: 1}, tags: {jurisdiction: eu}, quality: 0.9,
+     cost_per_hour: 4, params: {model: big-int8}, standby_replicas: 1}
+  - {name: l4, resources: {ladder/l4: 1}, tags: {jurisdiction: eu}, quality: 0.8,
+     cost_per_hour: 1, params: {model: small}}
+  - {name: cache, kind: cache, quality: 0.3, cache: {max_entries: 100, ttl_s: 300}}
+  - {name: shed, kind: shed, quality: 0}
+""")
+MAX_BODY = 10_000
+SLOW = 120  # generous deadlines: the CI machine is small and shared
+
+
+class Model:
+    """A rung class: answers with what it was given and which model it is."""
+
+    def __init__(self, rung, greeting="hello"):
+        self.rung = rung
+        self.greeting = greeting
+
+    def __call__(self, payload):
+        if payload.get("bad"):
+            raise ValueError("the model refuses this payload")
+        return {"echo": payload, "model": self.rung.params["model"], "greeting": self.greeting}
+
+
+# Workers cannot import this test module by name: ship the rung class by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class App:
+    """The running ladder app and its cluster."""
+
+    def __init__(self, cluster: LocalCluster, port: int, handle) -> None:
+        self.cluster = cluster
+        self.url = f"http://127.0.0.1:{port}"
+        self.client = httpx.Client(timeout=30)
+        self.handle = handle
+
+    def post(self, payload=None, *, content=None, **headers):
+        if content is not None:
+            return self.client.post(self.url + "/", content=content, headers=headers)
+        return self.client.post(self.url + "/", json=payload, headers=headers)
+
+    def state(self):
+        return self.client.get(self.url + "/-/ladder").json()
+
+    def rung_state(self, name):
+        return next(r for r in self.state()["rungs"] if r["name"] == name)
+
+    def kill(self, node_type):
+        for node in self.cluster.nodes(node_type):
+            self.cluster.remove_node(node)  # SIGKILL: a preemption
+
+    def ensure(self, node_type):
+        if not self.cluster.nodes(node_type):
+            self.cluster.add_node(node_type)
+
+
+@pytest.fixture(scope="module")
+def app():
+    cluster = LocalCluster.from_ladder(LADDER, initial={"h100": 1, "a100": 1},
+                                       system_config={"metrics_report_interval_ms": 1000})
+    cluster.start()
+    try:
+        port = free_port()
+        serve.start(http_options={"host": "127.0.0.1", "port": port},
+                    proxy_location="HeadOnly")
+        # l4 has no node: deploying must not wait for it.
+        handle = serve.run(build_app(LADDER, {"h100": Model, "a100": Model, "l4": Model},
+                                     init_kwargs={"a100": {"greeting": "hallo"}},
+                                     max_body_bytes=MAX_BODY), name="it")
+        yield App(cluster, port, handle)
+    finally:
+        try:
+            serve.shutdown()
+        finally:
+            cluster.shutdown()
+
+
+@pytest.fixture
+def healthy(app):
+    """h100 and a100 nodes up, the ladder on h100 and a100's standby replica running."""
+    app.ensure("h100")
+    app.ensure("a100")
+    wait_until(lambda: app.state()["current"] == "h100"
+               and app.rung_state("a100")["running_replicas"] >= 1,
+               SLOW, 0.1, "ladder back on h100 with a warm a100")
+    return app
+
+
+class Load:
+    """A thread posting at a steady rate, bounded in count and time."""
+
+    def __init__(self, app: App, rate: float = 20.0, max_requests: int = 600,
+                 max_s: float = 60.0, **headers) -> None:
+        self.app, self.rate, self.max_requests, self.max_s = app, rate, max_requests, max_s
+        self.headers = headers
+        self.results: list[tuple[float, int, str | None]] = []  # (sent at, status, rung)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        client = httpx.Client(timeout=30)
+        start = time.monotonic()
+        for i in range(self.max_requests):
+            if self._stop.is_set() or time.monotonic() - start > self.max_s:
+                break
+            sent = time.monotonic()
+            try:
+                r = client.post(self.app.url + "/", json={"i": i}, headers=self.headers)
+                self.results.append((sent, r.status_code, r.headers.get("x-ladder-rung")))
+            except httpx.HTTPError as err:
+                self.results.append((sent, -1, type(err).__name__))
+            self._stop.wait(max(0.0, start + (i + 1) / self.rate - time.monotonic()))
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+    def answered_by(self, rung: str, after: float) -> bool:
+        return any(r[2] == rung and r[0] > after for r in list(self.results))
+
+
+# --- serving --------------------------------------------------------------------------------
+
+def test_deploy_does_not_wait_for_an_unobtainable_rung(app):
+    assert serve.status().applications["it"].status == "RUNNING"
+    l4 = app.rung_state("l4")
+    assert (l4["obtainable"], l4["running_replicas"]) == (False, 0)
+
+
+def test_http_answer_names_its_rung(healthy):
+    r = healthy.post({"prompt": "hi"})
+    assert r.status_code == 200
+    assert r.json() == {"echo": {"prompt": "hi"}, "model": "big", "greeting": "hello"}
+    assert r.headers["x-ladder-rung"] == "h100"
+    assert float(r.headers["x-ladder-degraded-s"]) == 0.0
+    assert "x-ladder-stale" not in r.headers
+
+
+def test_handle_returns_a_ladder_result_and_takes_constraints(healthy):
+    result = healthy.handle.predict.remote({"prompt": "hi"}).result(timeout_s=60)
+    assert isinstance(result, LadderResult)
+    assert (result.rung, result.stale, result.value["model"]) == ("h100", False, "big")
+    eu = healthy.handle.predict.remote({"prompt": "hi"}, jurisdiction="eu").result(timeout_s=60)
+    assert (eu.rung, eu.value["greeting"]) == ("a100", "hallo")  # init_kwargs reach the rung
+    with pytest.raises(InvalidConstraintsError, match="unknown jurisdiction"):
+        healthy.handle.predict.remote({"prompt": "hi"}, jurisdiction="mars").result(timeout_s=60)
+
+
+def test_bad_inputs_get_4xx_never_500(healthy):
+    cases = [
+        (healthy.post(content=b"{not json", **{"content-type": "application/json"}), 400),
+        (healthy.post({"q": 1}, **{"X-Ladder-Jurisdiction": "mars"}), 400),
+        (healthy.post({"q": 1}, **{"X-Ladder-Max-Cost": "cheap"}), 400),
+        (healthy.post({"q": 1}, **{"X-Ladder-Min-Quality": "5"}), 400),
+        (healthy.post({"q": "x" * (MAX_BODY + 1)}), 413),
+        (healthy.post({"bad": True}), 400),  # the rung class raised ValueError
+        (healthy.client.get(healthy.url + "/"), 405),
+    ]
+    for response, status in cases:
+        assert response.status_code == status, response.text
+        assert "error" in response.json()
+
+
+def test_lower_rung_is_kept_warm_and_unused_rungs_stay_at_zero(healthy):
+    # a100 keeps its standby replica while h100 serves; l4 (standby 0) has none.
+    assert healthy.rung_state("a100")["running_replicas"] >= 1
+    assert healthy.rung_state("l4")["running_replicas"] == 0
+    deployments = serve.status().applications["it"].deployments
+    assert "LadderRouter" in deployments and "l4" in deployments
+
+
+def test_eu_requests_never_leave_eu(healthy):
+    rungs = {healthy.post({"n": i}, **{"X-Ladder-Jurisdiction": "eu"}).headers["x-ladder-rung"]
+             for i in range(10)}
+    assert rungs == {"a100"}
+
+
+def test_metrics_and_events_are_reported(healthy):
+    healthy.post({"metrics": 1})
+    state = healthy.state()
+    assert state["metrics"]["requests"]["h100"] >= 1
+    assert state["metrics"]["current_rung"] == 0
+    assert state["events"][-1]["to"] == "h100"
+    # Ray exports the metrics on the head's metrics port with a ray_ prefix.
+    import ray
+
+    port = ray._private.worker.global_worker.node.metrics_export_port
+
+    def exported():
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        return "ray_ladder_requests_total" in text and "ray_ladder_current_rung" in text
+
+    wait_until(exported, 60, 0.5, "ladder metrics on the Prometheus endpoint")
+
+
+# --- losing and regaining capacity ----------------------------------------------------------
+
+def test_fall_on_sigkill_of_the_top_rung_under_load_loses_no_request(healthy):
+    with Load(healthy, rate=20) as load:
+        wait_until(lambda: load.answered_by("h100", 0), SLOW, 0.05, "load on h100")
+        killed_at = time.monotonic()
+        healthy.kill("h100")
+        # Keep the load on until a100 has answered a good number of requests.
+        wait_until(lambda: sum(1 for r in list(load.results)
+                               if r[2] == "a100" and r[0] > killed_at) >= 20,
+                   SLOW, 0.05, "answers from a100")
+    failed = [r for r in load.results if r[1] != 200]
+    assert failed == []
+    assert any(r[2] == "a100" and r[0] > killed_at for r in load.results)
+    down = [e for e in healthy.state()["events"] if e["direction"] == "down"]
+    assert down and down[-1]["from"] == "h100"
+
+
+def test_climb_back_after_re_add_honors_the_hysteresis(app):
+    app.ensure("a100")
+    app.kill("h100")
+    wait_until(lambda: app.state()["current"] == "a100", SLOW, 0.1, "fallen to a100")
+    added_at = time.time()
+    app.cluster.add_node("h100")
+    wait_until(lambda: app.post({"climb": 1}).headers["x-ladder-rung"] == "h100", SLOW, 0.1,
+               "answers from h100 again")
+    up = [e for e in app.state()["events"]
+          if e["to"] == "h100" and e["direction"] == "up" and e["time"] >= added_at]
+    assert up, "the climb is an 'up' event"
+    streak = int(up[0]["reason"].split(" for ")[1].split()[0])
+    assert streak >= LADDER.policy.promotion_hysteresis
+
+
+def test_cache_answers_when_every_compute_rung_is_gone_and_keeps_residency(healthy):
+    us_answer = healthy.post({"q": "p"}).json()
+    eu_answer = healthy.post({"q": "p"}, **{"X-Ladder-Jurisdiction": "eu"}).json()
+    assert (us_answer["model"], eu_answer["model"]) == ("big", "big-int8")
+    healthy.post({"q": "us-only"})  # answered by h100 (us) only
+    healthy.kill("h100")
+    healthy.kill("a100")
+    wait_until(lambda: healthy.state()["current"] == "cache", SLOW, 0.1, "ladder on cache")
+
+    r = healthy.post({"q": "p"})
+    assert (r.status_code, r.headers["x-ladder-rung"], r.headers["x-ladder-stale"]) == (
+        200, "cache", "true")
+    assert r.json() == us_answer
+    r = healthy.post({"q": "p"}, **{"X-Ladder-Jurisdiction": "eu"})
+    assert r.status_code == 200 and r.json() == eu_answer
+    assert r.headers["x-ladder-source-rung"] == "a100"
+    # The only cached answer for this payload came from h100 (us): never for an eu request.
+    r = healthy.post({"q": "us-only"}, **{"X-Ladder-Jurisdiction": "eu"})
+    assert r.status_code == 503 and r.headers["x-ladder-rung"] == "shed"
+    eu_rungs = {healthy.post({"q": "us-only"}, **{"X-Ladder-Jurisdiction": "eu"})
+                .headers["x-ladder-rung"] for _ in range(5)}
+    assert "h100" not in eu_rungs and "cache" not in eu_rungs
+
+
+def test_503_with_retry_after_when_nothing_eligible_is_left(app):
+    app.kill("h100")
+    app.kill("a100")
+    wait_until(lambda: app.state()["current"] == "cache", SLOW, 0.1, "ladder on cache")
+    r = app.post({"never": "seen"})  # a cache miss goes on to the shed rung
+    assert (r.status_code, r.headers["retry-after"], r.headers["x-ladder-rung"]) == (
+        503, "7", "shed")
+    body = r.json()
+    assert [a["rung"] for a in body["attempts"]] == ["cache", "shed"]
+    r = app.post({"q": "p"}, **{"X-Ladder-Min-Quality": "0.5"})  # excludes the cache too
+    assert r.status_code == 503 and r.headers["retry-after"] == "7"
+    with pytest.raises(LadderExhaustedError) as info:
+        app.handle.predict.remote({"never": "seen"}).result(timeout_s=60)
+    assert [a.rung for a in info.value.attempts] == ["cache", "shed"]
