@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 import ray
+from ray import cloudpickle
 
 from ray_ladder._task_lanes import Call, TaskState
 from ray_ladder.capacity import ray_node_states
@@ -73,6 +74,7 @@ class LadderOrchestrator:
     """
 
     def __init__(self) -> None:
+        _log_events_to_stderr()
         self.nodes = NodeCache()
         self.tasks: dict[str, TaskState] = {}
         self.stats: Counter[str] = Counter()
@@ -85,16 +87,21 @@ class LadderOrchestrator:
 
     # --- registration --------------------------------------------------------------------
 
-    async def register(self, key: str, spec: TaskSpec) -> None:
-        """Make a task (one option set) known; idempotent."""
+    async def register(self, key: str, blob: bytes) -> None:
+        """Make a task (one option set) known; idempotent.
+
+        The spec comes pickled so that a function this process cannot import fails the
+        calls with that error instead of failing this method unseen.
+        """
         if key in self.tasks:
             return
         try:
+            spec: TaskSpec = cloudpickle.loads(blob)
             if self.nodes.version == 0:
                 self.nodes.refresh()
             self.tasks[key] = TaskState(self, key, spec)
         except Exception as err:  # run() reports it to every caller
-            logger.exception("cannot register ladder task %s", spec.name)
+            logger.exception("cannot register ladder task %s", key)
             self._failed[key] = err
         event = self._waiting.pop(key, None)
         if event is not None:
@@ -146,8 +153,10 @@ class LadderOrchestrator:
 
     def emit(self, task: TaskState, event: TransitionEvent) -> None:
         self._events.append((task.family, event))
-        if event_logger.isEnabledFor(logging.INFO):
-            event_logger.info(json.dumps({"task": task.name, **event.to_dict()}))
+        # Ladder moves are news (INFO, shown on the driver); single calls are DEBUG.
+        level = logging.DEBUG if event.kind == "call" else logging.INFO
+        if event_logger.isEnabledFor(level):
+            event_logger.log(level, json.dumps({"task": task.name, **event.to_dict()}))
 
     async def events(self, family: str | None = None) -> list[dict[str, Any]]:
         """Transition events (ladder moves and per-call falls), oldest first."""
@@ -195,6 +204,17 @@ class LadderOrchestrator:
                     logger.exception("ladder task %s: tick failed", task.name)
 
 
+def _log_events_to_stderr() -> None:
+    """Show ladder moves in the orchestrator's stderr, which Ray forwards to the driver."""
+    if event_logger.level == logging.NOTSET:
+        event_logger.setLevel(logging.INFO)
+    if not event_logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(name)s %(message)s"))
+        event_logger.addHandler(handler)
+        event_logger.propagate = False
+
+
 _handles: dict[int, Any] = {}  # core worker identity -> handle (a new ray.init: a new one)
 _registered: set[str] = set()
 
@@ -227,5 +247,5 @@ def get_orchestrator() -> Any:
 def ensure_registered(handle: Any, key: str, spec: TaskSpec) -> None:
     """Send ``spec`` to the orchestrator once per option set (no round trip waited on)."""
     if key not in _registered:
-        handle.register.remote(key, spec)
+        handle.register.remote(key, cloudpickle.dumps(spec))
         _registered.add(key)

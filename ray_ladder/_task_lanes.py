@@ -85,10 +85,10 @@ class Batch:
         self.cancel_reason: str | None = None
         self.fall = False
 
-    def cancel(self, reason: str, *, fall: bool = False, force: bool = True) -> None:
+    def cancel(self, reason: str, *, fall: bool = False) -> None:
         self.cancel_reason = reason
         self.fall = fall
-        ray.cancel(self.gen, force=force)
+        ray.cancel(self.gen, force=True)
 
 
 class TaskState:
@@ -241,8 +241,10 @@ class TaskState:
         lane, batch = call.lane, call.batch
         if lane is not None and call in lane.queue:
             lane.queue.remove(call)
-        if batch is not None and all(c.done for c in batch.calls):
-            batch.cancel("cancelled by the caller", force=False)
+        if batch is not None and batch.cancel_reason is None \
+                and all(c.done for c in batch.calls):
+            # Ray's soft cancel does not interrupt a running streaming task: force it.
+            batch.cancel("cancelled by the caller")
 
     def observe_duration(self, seconds: float) -> None:
         e = self.ewma
@@ -320,6 +322,14 @@ class Lane:
     def _expire(self) -> None:
         """Queued calls past their pending deadline fall, when there is a rung to fall to."""
         self.timer = None
+        try:
+            self._expire_due()
+        except Exception as bug:  # never leave a caller waiting
+            for call in list(self.queue):
+                self.task.fail(call, bug)
+            self.queue.clear()
+
+    def _expire_due(self) -> None:
         loop = asyncio.get_running_loop()
         task = self.task
         now = loop.time()
@@ -388,7 +398,11 @@ class Lane:
                     task.fail(call, payload, rung)
             i = len(calls)
         except Exception as err:  # settle every call that has no answer yet
-            self._failed(batch, calls[i:], err)
+            try:
+                self._failed(batch, calls[i:], err)
+            except Exception as bug:  # never leave a caller waiting
+                for call in calls[i:]:
+                    task.fail(call, bug, rung)
         finally:
             self.batches.discard(batch)
             self.pump()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import time
 from pathlib import Path
 
@@ -57,7 +59,9 @@ def hold(ready: str, release: str) -> str:
 
 @pytest.fixture(scope="module")
 def cluster():
-    with LocalCluster.from_ladder(LADDER) as c:
+    nodes = {name: {"num_cpus": 1, "resources": {f"ladder/{name}": 1},
+                    "labels": {"ladder.rung": name}} for name in ("h100", "a100")}
+    with LocalCluster(nodes) as c:
         # Warm one worker per rung so pending timeouts measure scheduling, not startup.
         assert {r[1] for r in ray.get([where.remote(0)])} == {"h100"}
         ray.get([where.options(constraints=Constraints(jurisdiction="us")).remote(0),
@@ -238,3 +242,23 @@ def test_native_path_uses_ray_label_fallback(cluster, tmp_path):
         release.touch()
     ray.get(blocker)
     assert f.options(path="orchestrated").path == "orchestrated"
+
+
+def test_batch_embedding_example_runs_on_the_ladder(cluster):
+    path = Path(__file__).resolve().parent.parent / "examples" / "batch_embedding.py"
+    spec = importlib.util.spec_from_file_location("batch_embedding_example", path)
+    example = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = example
+    spec.loader.exec_module(example)
+    ray.cloudpickle.register_pickle_by_value(example)  # workers cannot import examples/
+    docs = example.load_corpus()[:200]
+    report = example.run_job(docs, chunk_size=50)
+    assert report["chunks"] == 4 and sum(report["chunks_per_rung"].values()) == 4
+    dims = {r.name: r.params["dim"] for r in example.LADDER.rungs}
+    for result in report["results"]:
+        vectors = result["vectors"]
+        assert vectors.shape == (50, dims[result["rung"]])
+        # Unit vectors: each docstring is (one of) its own nearest neighbours.
+        sims = vectors @ vectors.T
+        assert abs(sims.max(axis=1) - sims.diagonal()).max() < 1e-5
+        assert abs(sims.diagonal() - 1).max() < 1e-5

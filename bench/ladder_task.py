@@ -1,0 +1,236 @@
+"""@ladder_task against plain @ray.remote on one LocalCluster (head + h100 + a100 nodes).
+
+Prints one JSON object:
+  throughput_ratio              2,000 no-op tasks on the top rung, ladder / plain (goal >= 0.8)
+  throughput_ratio_native       the same for a label-only ladder (Ray's fallback_strategy)
+  infeasible_skip_s             top rung absent: call -> first attempt running on the next rung
+                                (goal <= 0.1); *_stale_view_s: submitted right after the kill
+  pending_fallback_overshoot_s  top rung busy: time beyond pending_timeout_s (goal <= 0.2)
+  native_busy_fallback_s        the same call on the native path (Ray falls at once)
+  preempted_tasks_lost          top node SIGKILLed mid-run: ladder results missing (goal 0);
+                                plain_preempted_tasks_stuck: plain tasks not done 15 s later
+  *_preempt_recovery_s          a running 1 s task's node killed: kill -> result, per path
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+import ray
+
+from ray_ladder import Ladder, ladder_task
+from ray_ladder.testing import LocalCluster, wait_until
+
+LADDER = Ladder.from_dict({
+    "name": "bench",
+    "policy": {"probe_interval_s": 0.2, "pending_timeout_s": 10, "promotion_hysteresis": 1},
+    "rungs": [
+        {"name": "h100", "resources": {"ladder/h100": 1}},
+        {"name": "a100", "resources": {"ladder/a100": 1}},
+        {"name": "cpu", "num_cpus": 1, "label_selector": {"ladder.node-type": "head"},
+         "quality": 0.5},
+    ],
+})
+NATIVE = Ladder.from_dict({
+    "name": "bench-native",
+    "policy": {"probe_interval_s": 0.2, "promotion_hysteresis": 1},
+    "rungs": [
+        {"name": "h100", "num_cpus": 1, "label_selector": {"ladder.rung": "h100"}},
+        {"name": "a100", "num_cpus": 1, "label_selector": {"ladder.rung": "a100"}},
+    ],
+})
+#: Head (2 CPUs) runs the cpu rung; one 1-CPU node per accelerator rung.
+NODES = {name: {"num_cpus": 1, "resources": {f"ladder/{name}": 1},
+                "labels": {"ladder.rung": name}} for name in ("h100", "a100")}
+N_THROUGHPUT = 2000
+PENDING_TIMEOUT_S = 1.0
+
+
+def noop_fn(x, *, rung):
+    return x
+
+
+def started_fn(*, rung):
+    return time.time(), rung.name
+
+
+def sleepy_fn(i, seconds, *, rung):
+    time.sleep(seconds)
+    return i, rung.name
+
+
+noop = ladder_task(LADDER)(noop_fn)
+noop_native = ladder_task(NATIVE)(noop_fn)
+started = ladder_task(LADDER)(started_fn)
+started_native = ladder_task(NATIVE)(started_fn)
+sleepy = ladder_task(LADDER)(sleepy_fn)
+sleepy_native = ladder_task(NATIVE)(sleepy_fn)
+
+
+@ray.remote(resources={"ladder/h100": 1})
+def plain_noop(x):
+    return x
+
+
+@ray.remote(resources={"ladder/h100": 1})
+def plain_sleepy(i, seconds):
+    time.sleep(seconds)
+    return i
+
+
+@ray.remote(num_cpus=1, label_selector={"ladder.rung": "h100"})
+class Blocker:
+    """Holds the h100 node's CPU (and with hold_resource, its ladder/h100 slot)."""
+
+    def ping(self):
+        return "ok"
+
+
+def rate(submit) -> float:
+    start = time.perf_counter()
+    ray.get([submit(i) for i in range(N_THROUGHPUT)])
+    return N_THROUGHPUT / (time.perf_counter() - start)
+
+
+def throughput() -> dict[str, float]:
+    rates: dict[str, list[float]] = {"plain": [], "ladder": [], "native": []}
+    for _ in range(3):  # interleaved so machine noise hits every path alike
+        rates["plain"].append(rate(plain_noop.remote))
+        rates["ladder"].append(rate(noop.remote))
+        rates["native"].append(rate(noop_native.remote))
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    return {
+        "plain_tasks_per_s": round(med["plain"]),
+        "ladder_tasks_per_s": round(med["ladder"]),
+        "native_tasks_per_s": round(med["native"]),
+        "throughput_ratio": round(med["ladder"] / med["plain"], 3),
+        "throughput_ratio_native": round(med["native"] / med["plain"], 3),
+    }
+
+
+def start_delay(task) -> tuple[float, str]:
+    t0 = time.time()
+    began, rung = ray.get(task.remote(), timeout=60)
+    return began - t0, rung
+
+
+def kill_h100(cluster: LocalCluster) -> float:
+    node = cluster.nodes("h100")[0]
+    cluster.remove_node(node)
+    return time.monotonic()
+
+
+def restore_h100(cluster: LocalCluster) -> float:
+    cluster.add_node("h100")
+    added = time.monotonic()
+    wait_until(lambda: ray.get(started.remote())[1] == "h100"
+               and ray.get(started_native.remote())[1] == "h100",
+               timeout_s=60, interval_s=0.05, message="both paths back on h100")
+    return time.monotonic() - added
+
+
+def infeasible(cluster: LocalCluster) -> dict[str, float]:
+    alive = sum(n["Alive"] for n in ray.nodes())
+    kill_h100(cluster)
+    stale, rung = start_delay(started)  # submitted before anyone saw the node die
+    assert rung == "a100", rung
+    wait_until(lambda: sum(n["Alive"] for n in ray.nodes()) == alive - 1, timeout_s=30,
+               message="the GCS marks h100 dead")
+    time.sleep(3 * LADDER.policy.probe_interval_s)  # let both capacity views refresh
+    skips = [start_delay(started) for _ in range(5)]
+    native = [start_delay(started_native) for _ in range(5)]
+    assert {r for _, r in skips + native} == {"a100"}
+    plain = plain_noop.remote(0)
+    plain_ran = bool(ray.wait([plain], timeout=2)[0])
+    ray.cancel(plain)
+    climb = restore_h100(cluster)
+    return {
+        "infeasible_skip_s": round(statistics.median(d for d, _ in skips), 4),
+        "native_infeasible_skip_s": round(statistics.median(d for d, _ in native), 4),
+        "infeasible_skip_stale_view_s": round(stale, 3),
+        "plain_infeasible_ran_within_2s": plain_ran,
+        "climb_back_after_add_node_s": round(climb, 2),
+    }
+
+
+def blocked(measure):
+    """Run ``measure`` while an actor holds the h100 node (feasible, never free)."""
+    blocker = Blocker.options(resources={"ladder/h100": 1}).remote()
+    ray.get(blocker.ping.remote())
+    try:
+        return measure()
+    finally:
+        ray.kill(blocker)
+        wait_until(lambda: ray.get(started.remote())[1] == "h100", timeout_s=60,
+                   message="back on h100 after the blocker left")
+
+
+def pending() -> dict[str, float]:
+    task = started.options(pending_timeout_s=PENDING_TIMEOUT_S)
+    blocked(lambda: start_delay(task))  # warms the a100 workers of this path first
+    waited, rung = blocked(lambda: start_delay(task))
+    assert rung == "a100", rung
+    native_wait, native_rung = blocked(lambda: start_delay(started_native))
+    assert native_rung == "a100", native_rung
+    return {
+        "pending_timeout_s": PENDING_TIMEOUT_S,
+        "pending_fallback_overshoot_s": round(waited - PENDING_TIMEOUT_S, 3),
+        "native_busy_fallback_s": round(native_wait, 3),
+    }
+
+
+def preemption(cluster: LocalCluster) -> dict[str, float]:
+    n = 100
+    refs = [sleepy.remote(i, 0.02) for i in range(n)]
+    plain = [plain_sleepy.remote(i, 0.02) for i in range(n // 2)]
+    time.sleep(1.0)  # mid-run: some done, one running, the rest queued
+    killed = kill_h100(cluster)
+    results = ray.get(refs, timeout=90)
+    lost = sum(1 for i, (value, _) in enumerate(results) if value != i)
+    ladder_done = time.monotonic() - killed
+    stuck = len(ray.wait(plain, num_returns=len(plain), timeout=15)[1])
+    for ref in plain:
+        ray.cancel(ref)
+    restore_h100(cluster)
+    return {"preempted_tasks": n, "preempted_tasks_lost": lost,
+            "preempted_batch_done_after_kill_s": round(ladder_done, 2),
+            "plain_preempted_tasks": len(plain), "plain_preempted_tasks_stuck": stuck}
+
+
+def recovery(cluster: LocalCluster) -> dict[str, float]:
+    half = {"num_cpus": 0.5}  # both paths run on the h100 node at once
+    orch = sleepy.options(**half).remote(1, 1.0)
+    native = sleepy_native.options(**half).remote(2, 1.0)
+    time.sleep(0.5)
+    killed = kill_h100(cluster)
+    out = {}
+    for name, ref in (("orchestrated", orch), ("native", native)):
+        value, rung = ray.get(ref, timeout=90)
+        out[f"{name}_preempt_recovery_s"] = round(time.monotonic() - killed, 2)
+        out[f"{name}_preempt_rerun_rung"] = rung
+    restore_h100(cluster)
+    return out
+
+
+def main() -> dict[str, object]:
+    begin = time.monotonic()
+    with LocalCluster(NODES) as cluster:
+        # Warm the workers of every path on every node (startup is not what we measure).
+        ray.get([plain_noop.remote(0), noop.remote(0), noop_native.remote(0)])
+        ray.get([started.remote(), started_native.remote()])
+        out: dict[str, object] = {}
+        out.update(throughput())
+        out.update(pending())
+        out.update(infeasible(cluster))
+        out.update(preemption(cluster))
+        out.update(recovery(cluster))
+    out["goals"] = {"throughput_ratio": ">= 0.8", "infeasible_skip_s": "<= 0.1",
+                    "pending_fallback_overshoot_s": "<= 0.2", "preempted_tasks_lost": 0}
+    out["bench_s"] = round(time.monotonic() - begin, 1)
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(main()))
