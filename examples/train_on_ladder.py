@@ -137,9 +137,12 @@ def train_digits(config: dict[str, Any]) -> None:
 
     from ray_ladder.tune import current_rung
 
-    rung = current_rung()
-    dtype = rung.params.get("dtype", "float64")
-    step_time_s = float(config.get("step_time_s", rung.params.get("step_time_s", 0.0)))
+    try:
+        rung_name, params = current_rung().name, current_rung().params
+    except RuntimeError:  # the same function also runs under plain Tune (the benchmark)
+        rung_name, params = None, {}
+    dtype = params.get("dtype", "float64")
+    step_time_s = float(config.get("step_time_s", params.get("step_time_s", 0.0)))
     x, y, x_test, y_test = load_data()
     model = init_model(x.shape[1])
     checkpoint = tune.get_checkpoint()
@@ -157,9 +160,11 @@ def train_digits(config: dict[str, Any]) -> None:
         step = model["step"]
         if log:
             with open(log, "a") as f:
-                f.write(json.dumps({"step": step, "rung": rung.name, "time": time.time(),
+                f.write(json.dumps({"step": step, "rung": rung_name, "time": time.time(),
                                     "resumed_from": resumed_from, "pid": os.getpid()}) + "\n")
-        metrics = {"step": step, "loss": loss, "rung": rung.name}
+        metrics: dict[str, Any] = {"step": step, "loss": loss}
+        if rung_name:
+            metrics["rung"] = rung_name
         if step % every == 0 or step == steps:
             metrics["test_accuracy"] = accuracy(model, x_test, y_test)
             with tempfile.TemporaryDirectory() as d:

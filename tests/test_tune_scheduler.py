@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 
 import pytest
+import ray.cloudpickle
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ray import tune
@@ -88,7 +89,8 @@ class FakeTrial:
         self.placement_group_factory = trainable._ladder_spec.resources("h100")
 
     def get_trainable_cls(self):
-        return self._trainable
+        # Tune unpickles the registered trainable on every call: never the same object.
+        return ray.cloudpickle.loads(ray.cloudpickle.dumps(self._trainable))
 
     def update_resources(self, resources) -> None:
         assert self.status != Trial.RUNNING, "Tune refuses to change a running trial"

@@ -15,10 +15,11 @@ if TYPE_CHECKING:
 
 
 class LadderCallback(Callback):
-    """Adds the ladder block to every result of a ladder trial.
+    """Adds the ladder block to the checkpoint results and the last result of a trial.
 
-    ``result["ladder"]`` then holds ``rung`` and ``node_id`` (reported by the trial
-    itself), ``history`` (every rung it ran on with start/end times, why it left, seconds
+    Every result of a ladder trial carries ``result["ladder"]["rung"]`` (from the trial
+    itself); the callback adds, on results with a checkpoint and on the final one,
+    ``history`` (every rung it ran on with start/end times, why it left, seconds
     and cost), ``per_rung`` (seconds and cost per rung), ``cost``, ``seconds``,
     ``seconds_below_top`` and ``moves``. Read it back with
     :func:`ray_ladder.tune.rung_history`.
@@ -37,7 +38,13 @@ class LadderCallback(Callback):
 
     def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial,
                         result: dict, **info: Any) -> None:
-        """Annotate the result in place (Tune lets callbacks do so)."""
+        """Annotate results that carry a checkpoint, in place (Tune lets callbacks do so).
+
+        Only those (and the last result, see :meth:`on_trial_complete`): the block is a
+        few dozen columns for Tune's loggers, and checkpoints are where a run is resumed.
+        """
+        if not result.get("should_checkpoint"):
+            return
         block = self.scheduler.summary(trial.trial_id)
         if block:
             result[RESULT_KEY] = {**(result.get(RESULT_KEY) or {}), **block}

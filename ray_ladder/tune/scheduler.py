@@ -173,7 +173,8 @@ class LadderScheduler(TrialScheduler):
         self._wall = wall_clock
         self._source = capacity_source or ray_node_states
         self._states: dict[str, _TrialState] = {}
-        self._views: dict[int, _View] = {}
+        self._views: dict[str, _View] = {}
+        self._specs: dict[str, LadderTrialSpec] = {}
         self._callback: LadderCallback | None = None
 
     # --- public views --------------------------------------------------------------------
@@ -355,6 +356,7 @@ class LadderScheduler(TrialScheduler):
         spec = spec_of(trial.get_trainable_cls())
         if spec is None:
             return None  # not a ladder trainable: leave it to the base scheduler
+        spec = self._specs.setdefault(spec.uid, spec)  # one object per trainable
         constraints = spec.constraints_for(trial.config)
         pgf = trial.placement_group_factory
         placed = spec.rung_of(pgf.bundles if pgf is not None else None, None, constraints)
@@ -364,9 +366,9 @@ class LadderScheduler(TrialScheduler):
         return state
 
     def _view(self, spec: LadderTrialSpec) -> _View:
-        view = self._views.get(id(spec))
+        view = self._views.get(spec.uid)
         if view is None:
-            view = self._views[id(spec)] = _View(spec, self._source, self._clock)
+            view = self._views[spec.uid] = _View(spec, self._source, self._clock)
         return view
 
     def _live(self, tune_controller: Any) -> list[tuple[Trial, _TrialState]]:

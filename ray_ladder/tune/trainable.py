@@ -6,8 +6,9 @@ import functools
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,12 +54,14 @@ class LadderTrialSpec:
             (this is the exact bundle a trial asks Ray for; capacity is computed on it).
         constraints: Constraints for every trial, or a callable of the trial config.
         num_cpus: CPUs a trial takes on rungs that do not name ``num_cpus``.
+        uid: Identifies the spec across pickling (Tune unpickles the trainable per use).
     """
 
     ladder: Ladder
     trial_ladder: Ladder
     constraints: ConstraintsArg
     num_cpus: float
+    uid: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @classmethod
     def build(cls, ladder: Ladder, constraints: ConstraintsArg, num_cpus: float
