@@ -360,3 +360,59 @@ def test_the_example_serve_config_builds(monkeypatch):
     (application,) = config["applications"]
     assert application["import_path"] == "ray_ladder.serve:app_builder"
     assert isinstance(app_builder(application["args"]), Application)
+
+
+def test_metrics_count_requests_transitions_and_log_alerts(caplog):
+    import logging
+
+    from ray_ladder.events import TransitionEvent
+    from ray_ladder.serve.metrics import LadderMetrics
+
+    metrics = LadderMetrics(LADDER, enabled=False)
+    metrics.request("h100")
+    metrics.request("h100")
+    metrics.event(TransitionEvent(1.0, "unit", "h100", "a100", "down", "h100 unobtainable"))
+    with caplog.at_level(logging.INFO, logger="ray_ladder"):
+        metrics.event(TransitionEvent(9.0, "unit", "a100", "a100", None, "degraded for 9s",
+                                      kind="alert"))
+    snap = metrics.snapshot()
+    assert snap["requests"] == {"h100": 2}
+    assert snap["transitions"] == {"down": 1} and snap["alerts"] == 1
+    alert = [r for r in caplog.records if r.name == "ray_ladder.alerts"]
+    assert alert and alert[0].levelno == logging.WARNING and "degraded for 9s" in alert[0].message
+    lines = [r.message for r in caplog.records if r.name == "ray_ladder.events"]
+    assert '"kind": "alert"' in lines[-1]
+
+
+def test_rung_wrapper_matches_sync_and_async_classes():
+    from ray_ladder.context import RungContext
+    from ray_ladder.serve.replica import AsyncRungReplica, RungReplica, replica_class
+
+    class Async:
+        def __init__(self, rung):
+            self.rung = rung
+
+        async def __call__(self, payload):
+            return payload
+
+    assert replica_class(Model) is RungReplica
+    assert replica_class(Async) is AsyncRungReplica
+    replica = RungReplica(Model, RungContext(name="h100", index=0, ladder="unit"), {})
+    assert replica({"x": 1}) == {"x": 1} and replica.ladder_ping() == "h100"
+    with pytest.raises(TypeError, match="needs a class"):
+        replica_class(Model(None))  # type: ignore[arg-type]
+
+
+def test_failures_of_the_rung_fall_and_user_errors_do_not():
+    from ray.exceptions import ActorDiedError, ActorUnavailableError, RayTaskError
+    from ray.serve.exceptions import BackPressureError
+
+    from ray_ladder.serve.errors import failure_reason
+
+    assert failure_reason(ActorDiedError()).startswith("ActorDiedError")
+    assert failure_reason(ActorUnavailableError("gone", None)).startswith("ActorUnavailable")
+    assert failure_reason(BackPressureError(num_queued_requests=3, max_queued_requests=2))
+    assert failure_reason(ValueError("bad payload")) is None
+    user = RayTaskError("f", "traceback", ValueError("bad payload"))
+    assert failure_reason(user) is None
+    assert failure_reason(RayTaskError("f", "tb", ActorDiedError())).startswith("ActorDied")

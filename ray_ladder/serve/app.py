@@ -148,7 +148,7 @@ def build_app(
         wrapper = replica_class(cls)
         options = _merge(rung_deployment_options(ladder, rung_name),
                          (deployment_options or {}).get(rung_name))
-        bound[rung_name] = serve.deployment(wrapper).options(**options).bind(
+        bound[rung_name] = serve.deployment(**options)(wrapper).bind(
             cls, RungContext.of(ladder, rung_name), dict((init_kwargs or {}).get(rung_name, {})))
 
     actor_options: dict[str, Any] = {"num_cpus": 0}
@@ -159,14 +159,14 @@ def build_app(
     router = _merge({"name": name or ROUTER_NAME, "num_replicas": 1,
                      "max_ongoing_requests": 1000, "ray_actor_options": actor_options},
                     router_options)
-    options = {
+    settings = {
         "max_body_bytes": max_body_bytes,
         "assign_timeout_s": assign_timeout_s,
         "request_timeout_s": request_timeout_s,
         "down_cooldown_s": down_cooldown_s,
     }
-    return serve.deployment(LadderRouter).options(**router).bind(
-        ladder.model_dump_json(), bound, {n: n for n in compute}, options)
+    return serve.deployment(**router)(LadderRouter).bind(
+        ladder.model_dump_json(), bound, {n: n for n in compute}, settings)
 
 
 class LadderAppArgs(BaseModel):

@@ -77,6 +77,7 @@ class LadderRouter:
         self._pinging: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._probe_errors = 0
+        self._probe_s = 0.0
         try:
             await asyncio.wait_for(self._probe(), timeout=30)
         except Exception:  # start anyway: the loop below keeps probing
@@ -112,8 +113,10 @@ class LadderRouter:
         return running
 
     async def _probe(self) -> None:
-        running = await asyncio.to_thread(self._read_running)
-        snapshot = await asyncio.to_thread(self._view.refresh)
+        started = time.monotonic()
+        running, snapshot = await asyncio.gather(asyncio.to_thread(self._read_running),
+                                                 asyncio.to_thread(self._view.refresh))
+        self._probe_s = time.monotonic() - started
         decision = self._state.observe(running, snapshot.obtainable, time.time())
         self._caller.signal_lost(self._state.lost)
         self._metrics.decision(decision)
@@ -121,8 +124,12 @@ class LadderRouter:
 
     async def _probe_loop(self) -> None:
         interval = self.ladder.policy.probe_interval_s
+        loop = asyncio.get_running_loop()
+        due = loop.time()
         while True:
-            await asyncio.sleep(interval)
+            # Keep the cadence: a slow probe shortens the wait before the next one.
+            due = max(due + interval, loop.time())
+            await asyncio.sleep(due - loop.time())
             try:
                 await self._probe()
             except RuntimeError as err:
@@ -297,6 +304,7 @@ class LadderRouter:
         out["metrics"] = self._metrics.snapshot()
         out["cache_entries"] = len(self._cache) if self._cache is not None else None
         out["probe_errors"] = self._probe_errors
+        out["last_probe_s"] = round(self._probe_s, 4)
         return out
 
     async def __call__(self, request: Any) -> Any:
