@@ -80,7 +80,7 @@ class Recorder:
 
     def _send(self) -> None:
         while not self._stop.wait(0.1):
-            state = ray.get(self.hook.state.remote())
+            state = ray.get(self.hook.state.remote(), timeout=30)
             for e in state.get("events", []):  # the hook keeps only its last 50
                 self.events[(e["time"], e["kind"], e["rung"])] = e
             rung = state.get("serving")

@@ -45,10 +45,21 @@ def cluster():
 
 
 @pytest.fixture(scope="module")
-def hook(cluster):
-    from ray_ladder.autoscale import start_hook
+def hook(cluster, tmp_path_factory):
+    """The hook, started the way users do: `ray-ladder autoscale start`."""
+    from click.testing import CliRunner
 
-    return start_hook(LADDER, OPTIONS)
+    from ray_ladder.autoscale import get_hook
+    from ray_ladder.cli import main
+
+    path = tmp_path_factory.mktemp("ladder") / "ladder.yaml"
+    path.write_text(LADDER.to_yaml())
+    args = ["autoscale", "start", str(path), "--address", cluster.address]
+    for key, value in OPTIONS.items():
+        args += [f"--{key.replace('_', '-')}", str(value)]
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 0, out.output
+    return get_hook("fake-as")
 
 
 class Consumer:
@@ -70,7 +81,7 @@ class Consumer:
         import ray
 
         while not self._stop.wait(0.2):
-            state = ray.get(self.hook.state.remote())
+            state = ray.get(self.hook.state.remote(), timeout=30)
             if not state:  # the hook has not made its first step yet
                 continue
             rung = state["serving"]
@@ -96,7 +107,7 @@ class Consumer:
 def _state(hook) -> dict:
     import ray
 
-    return ray.get(hook.state.remote())
+    return ray.get(hook.state.remote(), timeout=30)
 
 
 def _alive_types() -> set[str]:
@@ -122,7 +133,7 @@ def test_stockout_falls_back_then_climbs_back_without_losing_work(cluster, hook)
             return self.roles
 
     sub = Subscriber.remote()
-    ray.get(hook.subscribe.remote(sub))
+    ray.get(hook.subscribe.remote(sub), timeout=60)
     watched: list[str | None] = []
     watcher = HookWatcher("fake-as", lambda s: watched.append(s["serving"])).start()
     try:
@@ -174,7 +185,7 @@ def _climb(cluster, hook, sub, watcher, watched) -> None:
     # Subscribers saw every step: h100 warmed before it served; a100 drained, then released.
     watcher.stop()
     assert watched[-1] == "h100" and "a100" in watched
-    roles = ray.get(sub.seen.remote())
+    roles = ray.get(sub.seen.remote(), timeout=30)
     h100 = [r["h100"] for r in roles]
     a100 = [r["a100"] for r in roles]
     assert h100.index("warming") < len(h100) - 1 - h100[::-1].index("serving")
@@ -214,11 +225,15 @@ def test_hook_restarts_and_resumes_from_its_published_state(cluster, hook):
 
 def test_shutdown_stops_every_process_it_started(cluster):
     import ray
+    from click.testing import CliRunner
 
-    from ray_ladder.autoscale import stop_hook
     from ray_ladder.autoscale.fake_cluster import _session_pids
+    from ray_ladder.autoscale.sources import REQUEST_PREFIX, _kv_get
+    from ray_ladder.cli import main
 
-    assert stop_hook("fake-as")
+    out = CliRunner().invoke(main, ["autoscale", "stop", "--ladder", "fake-as"])
+    assert out.exit_code == 0, out.output
+    assert _kv_get(REQUEST_PREFIX + "fake-as") is None  # its node request is withdrawn
     ray.shutdown()
     sid = cluster.sid
     assert _session_pids(sid)  # head, monitor, the h100 node and workers

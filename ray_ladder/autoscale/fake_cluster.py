@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from ray_ladder.autoscale.schedule import CapacitySchedule, as_schedule
-from ray_ladder.testing import FAST_HEALTH_CHECKS, HEAD_TYPE, NODE_TYPE_LABEL, free_port
+from ray_ladder.testing import HEAD_TYPE, NODE_TYPE_LABEL, free_port
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class FakeAutoscalingCluster:
         head_labels: Extra labels of the head (it always has ``ladder.node-type=head``).
         schedule: When launches are refused (script, dict or :class:`CapacitySchedule`).
         idle_timeout_minutes: The autoscaler's idle timeout.
-        system_config: Extra ``_system_config`` (merged over fast health checks).
+        system_config: ``_system_config`` for the head (default: Ray's).
         env: Extra environment for the Ray processes.
 
     Example:
@@ -122,7 +122,10 @@ class FakeAutoscalingCluster:
         self.head_labels = {NODE_TYPE_LABEL: HEAD_TYPE, **(head_labels or {})}
         self._schedule = as_schedule(schedule)
         self.idle_timeout_minutes = idle_timeout_minutes
-        self.system_config = {**FAST_HEALTH_CHECKS, **(system_config or {})}
+        # Ray's default health checks: the fast ones of LocalCluster (a killed node seen in
+        # ~1 s) mark a live but starved raylet dead on a loaded machine, head included, and
+        # here nodes leave gracefully (the autoscaler terminates them).
+        self.system_config = dict(system_config or {})
         self.env = dict(env or {})
         self.dir: Path | None = None
         self.port: int | None = None
@@ -195,7 +198,9 @@ class FakeAutoscalingCluster:
                f"--metrics-export-port={free_port()}",
                f"--runtime-env-agent-port={free_port()}",
                "--labels=" + ",".join(f"{k}={v}" for k, v in self.head_labels.items()),
-               "--system-config=" + json.dumps(self.system_config, separators=(",", ":"))]
+               ]
+        if self.system_config:
+            cmd.append("--system-config=" + json.dumps(self.system_config, separators=(",", ":")))
         if head:
             cmd.append("--resources=" + json.dumps(head))
         # Token auth off unless asked: Ray turns it on whenever ~/.ray/auth_token exists, and

@@ -248,7 +248,7 @@ def render_ray_up(ladder: Ladder, provider: str, opts: RenderOptions) -> dict[st
                 f"sudo nvidia-smi mig -cgi {slices} -C"]
     static = [r.name for r in ladder.rungs
               if r.is_compute and r.tags.get("site") in opts.static_sites]
-    start_hook = "ray-ladder autoscale start ~/ladder.yaml --address=localhost:6379" + "".join(
+    start_hook = "ray-ladder autoscale start ~/ladder.yaml" + "".join(
         f" --node-type {r}=" for r in static)
     return {
         "cluster_name": name,

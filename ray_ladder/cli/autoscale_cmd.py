@@ -126,7 +126,11 @@ def start(ladder_file: str, address: str, node_types: tuple[str, ...], **values:
         options["node_types"] = mapping
     try:
         with _connected(address):
-            start_hook(ladder, options)
+            import ray
+
+            hook = start_hook(ladder, options)
+            # Wait for the actor to answer, so a detached hook is really up when we return.
+            ray.get(hook.state.remote(), timeout=120)
     except ValueError as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
