@@ -252,6 +252,11 @@ class LadderRouter:
                         attempts.append(Attempt(pending.rung, failed.reason, time.time()))
                         self._failed(pending.rung, failed.reason)
                 if not done and not hedged and primary in racing:
+                    if self._caller.answered_within(name, self._caller.assign_timeout_s):
+                        # The rung answers others: it is busy, not gone; a copy would
+                        # only add load. Look again after another window.
+                        hedge_at = loop.time() + self._caller.assign_timeout_s
+                        continue
                     hedged = True
                     target = self._state.hedge_target(selector, tried)
                     if target is not None:
