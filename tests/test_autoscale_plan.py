@@ -169,3 +169,11 @@ def test_static_rungs_are_used_while_present_and_never_requested():
     plan = p.step({"cpu": 1}, [], now=1.0)  # the on-prem machine is busy or down
     assert plan.serving == "cpu" and plan.target == "a100"
     assert requested(plan)[0] == "a100" and p.rungs["h100"].status == "idle"
+
+
+def test_rungs_the_head_hosts_are_never_requested():
+    # Asking for {"CPU": 1} could make the autoscaler launch an unrelated node type.
+    p = AutoscalePlanner(LADDER, OPTS)
+    plan = p.step({"cpu": 1}, [], now=0.0, on_head={"cpu"})
+    assert plan.serving == "cpu" and plan.bundles == [{"ladder/h100": 1.0}]
+    assert p.rungs["cpu"].status == "up" and p.rungs["cpu"].target_bundles == 0

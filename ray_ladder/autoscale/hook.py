@@ -95,8 +95,8 @@ class AutoscaleHook:
     def step(self) -> dict[str, Any]:
         """One observation and request (the loop calls it every ``interval_s``)."""
         now = time.time()  # wall clock: the autoscaler's records use it
-        plan = self.planner.step(sources.present_placements(self.ladder),
-                                 sources.read_launch_failures(), now)
+        present, on_head = sources.present_placements(self.ladder)
+        plan = self.planner.step(present, sources.read_launch_failures(), now, on_head=on_head)
         request = (plan.bundles, plan.label_selectors)
         if request != self._sent or now - self._sent_at >= RESEND_S:
             sources.submit_request(self.ladder.name, plan.bundles, plan.label_selectors, now)

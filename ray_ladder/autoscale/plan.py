@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -176,19 +176,22 @@ class AutoscalePlanner:
         self._memory = _Memory()
         self.serving: str | None = None
         self.target: str | None = None
+        self._on_head: set[str] = set()
 
     # --- one step ------------------------------------------------------------------------
 
     def step(self, present: Mapping[str, int], failures: Iterable[LaunchFailure],
-             now: float) -> Plan:
+             now: float, on_head: Collection[str] = ()) -> Plan:
         """Advance by one observation.
 
         Args:
             present: Rung -> placements its alive nodes can host (0 or missing: none).
             failures: Launch failures Ray's autoscaler reports (old ones are ignored).
             now: Unix time (the autoscaler's records use the same clock).
+            on_head: Rungs the head node hosts: never requested (the head never leaves).
         """
         self._events = []
+        self._on_head = set(on_head)
         self._take_failures(failures, now)
         for st in self.rungs.values():
             self._observe_nodes(st, int(present.get(st.name, 0)), now)
@@ -255,7 +258,8 @@ class AutoscalePlanner:
         for i, (name, st) in enumerate(self.rungs.items()):
             warming = st.status == "up" and i < serving_idx
             needed = (name == self.target or name == self.serving or warming
-                      or st.status == "probing") and bool(st.node_types)
+                      or st.status == "probing") and bool(st.node_types) \
+                and name not in self._on_head
             if needed or st.status != "up":
                 st.keep_until = None  # only a rung with nodes has work to drain
             elif st.target_bundles and st.keep_until is None:

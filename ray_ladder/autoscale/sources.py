@@ -22,9 +22,21 @@ STATE_PREFIX = "autoscale/state/"
 REQUEST_STALE_S = 120.0
 
 
-def present_placements(ladder: Ladder) -> dict[str, int]:
-    """Rung -> placements the alive nodes can host (0: no node for it). Needs ray.init."""
-    return {name: cap.total for name, cap in ladder_capacity(ladder, ray_node_states()).items()}
+HEAD_RESOURCE = "node:__internal_head__"
+
+
+def present_placements(ladder: Ladder) -> tuple[dict[str, int], set[str]]:
+    """Rung -> placements the alive nodes can host, and the rungs the head node hosts.
+
+    The head never leaves the cluster, so a rung it can host needs no node request (and
+    asking for a generic shape such as ``{"CPU": 1}`` could make the autoscaler launch an
+    unrelated node type). Needs ``ray.init``.
+    """
+    nodes = ray_node_states()
+    heads = [n for n in nodes if n.alive and HEAD_RESOURCE in n.total]
+    on_head = {name for name, cap in ladder_capacity(ladder, heads).items() if cap.total > 0}
+    return ({name: cap.total for name, cap in ladder_capacity(ladder, nodes).items()},
+            on_head)
 
 
 def autoscaler_v2_enabled() -> bool:
