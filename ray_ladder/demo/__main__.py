@@ -31,8 +31,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--climb-timeout", type=float, default=45.0,
                    help="seconds to wait for answers from the top rung after it returns")
     p.add_argument("--tail", type=float, default=5.0, help="seconds of traffic after the climb")
-    p.add_argument("--deadline", type=float, default=300.0,
-                   help="hard limit on the whole run; past it the cluster is torn down")
+    p.add_argument("--deadline", type=float, default=420.0,
+                   help="hard limit on the whole run (above the sum of the phase limits); past it "
+                        "the cluster is torn down")
     p.add_argument("--verbose", action="store_true",
                    help="keep Ray's logs and notices on the terminal; tracebacks on failure")
     return p.parse_args(argv)
