@@ -8,6 +8,9 @@ from typing import Any
 
 from ray_ladder.serve.errors import RungFailed, failure_reason
 
+#: Least silence (seconds) after which a rung with a RUNNING replica has failed a request.
+DEAD_AFTER_MIN_S = 5.0
+
 
 class Pending:
     """One request in flight on one rung.
@@ -39,11 +42,12 @@ class RungCaller:
     * after ``assign_timeout_s`` the router *hedges*: it sends the same request to the
       next obtainable rung as well and keeps the first answer (:meth:`start` and the
       router's race); the ladder does not move for that;
-    * after ``8 x assign_timeout_s`` (``pending_timeout_s`` for a rung with no RUNNING
-      replica, which first has to start one) with no answer from the rung to any
-      request meanwhile, the rung has failed (:class:`RungFailed` with ``timeout``). A
-      rung that answered other requests in that window is busy, not gone, and the
-      request keeps its place; so it does when no other compute rung could take it.
+    * after ``max(5 s, 8 x assign_timeout_s)`` (at least ``pending_timeout_s`` for a
+      rung with no RUNNING replica, which first has to start one) with no answer from
+      the rung to any request meanwhile, the rung has failed (:class:`RungFailed` with
+      ``timeout``). A rung that answered other requests in that window is busy, not
+      gone, and the request keeps its place; so it does when no other compute rung
+      could take it.
 
     The answer itself may take as long as the model needs (``request_timeout_s``). A
     request still in flight when its rung stops being obtainable (:meth:`signal_lost`)
@@ -92,9 +96,11 @@ class RungCaller:
 
     def dead_after(self, warm: bool) -> float:
         """Silence after which a rung has failed a request (see the class doc)."""
-        if warm:
-            return 8 * self.assign_timeout_s
-        return max(8 * self.assign_timeout_s, self.pending_timeout_s)
+        # Long on purpose: the GCS and the probe catch dead nodes within about a second,
+        # hedges keep requests fast meanwhile; this only has to catch a replica that
+        # hangs on a live node, and must not fire on a starved but working one.
+        dead = max(DEAD_AFTER_MIN_S, 8 * self.assign_timeout_s)
+        return dead if warm else max(dead, self.pending_timeout_s)
 
     def start(self, rung: str, payload: Any, *, warm: bool,
               elsewhere: Callable[[], bool] = lambda: True) -> Pending:
