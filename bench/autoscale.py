@@ -30,8 +30,9 @@ policy: {promotion_hysteresis: 2, probe_interval_s: 0.5}
 rungs:
   - {name: h100, resources: {ladder/h100: 1}}
   - {name: a100, resources: {ladder/a100: 1}, quality: 0.9}
-  - {name: cpu, num_cpus: 1, quality: 0.5}
+  - {name: cpu, num_cpus: 0, resources: {ladder/cpu: 1}, quality: 0.5}
 """)
+# cpu has its own resource (head only), so cpu-rung backlog is no demand for GPU nodes.
 OPTIONS = {"retry_initial_s": 5.0, "retry_max_s": 10.0, "provision_timeout_s": 60.0,
            "drain_s": 2.0, "interval_s": 0.5}
 PLAIN_WINDOW_S = 8.0
@@ -120,7 +121,8 @@ def main() -> dict[str, Any]:
     cluster = FakeAutoscalingCluster(
         {n: fake_worker_type({f"ladder/{n}": 1}, labels={"ladder.node-type": n})
          for n in ("h100", "a100")},
-        head_resources={"CPU": 1}, schedule="h100 unavailable", idle_timeout_minutes=0.1)
+        head_resources={"CPU": 1, "ladder/cpu": 8}, schedule="h100 unavailable",
+        idle_timeout_minutes=0.1)
     t_boot = time.time()
     cluster.start()
     try:

@@ -19,8 +19,11 @@ policy: {promotion_hysteresis: 2, probe_interval_s: 0.5}
 rungs:
   - {name: h100, resources: {ladder/h100: 1}}
   - {name: a100, resources: {ladder/a100: 1}, quality: 0.9}
-  - {name: cpu, num_cpus: 1, quality: 0.5}
+  - {name: cpu, num_cpus: 0, resources: {ladder/cpu: 1}, quality: 0.5}
 """)
+# The cpu rung has its own resource, on the head only: with a bare num_cpus, a backlog of
+# cpu-rung tasks is CPU demand the autoscaler would meet by launching any node type with a
+# CPU (a100 here), and the fallback would not be the hook's doing.
 OPTIONS = {"retry_initial_s": 2.0, "retry_max_s": 4.0, "provision_timeout_s": 60.0,
            "drain_s": 1.0, "interval_s": 0.5}
 
@@ -34,7 +37,8 @@ def cluster():
     c = FakeAutoscalingCluster(
         {name: fake_worker_type({f"ladder/{name}": 1}, labels={"ladder.node-type": name})
          for name in ("h100", "a100")},
-        head_resources={"CPU": 1}, schedule="h100 unavailable", idle_timeout_minutes=0.1)
+        head_resources={"CPU": 1, "ladder/cpu": 8}, schedule="h100 unavailable",
+        idle_timeout_minutes=0.1)
     c.start()
     try:
         ray.init(address=c.address, logging_level="WARNING", log_to_driver=False)
@@ -158,7 +162,9 @@ def _climb(cluster, hook, sub, watcher, watched) -> None:
         first_refusal = next(e["time"] for e in events if e["event"] == "refused")
         a100_launch = next(e["time"] for e in events
                            if e["event"] == "launching" and e["node_type"] == "a100")
-        assert first_refusal < a100_launch
+        stockout = next(e["time"] for e in state["events"]
+                        if e["kind"] == "stockout" and e["rung"] == "h100")
+        assert first_refusal < stockout <= a100_launch  # a100 came because the hook asked
         assert not any(e["event"] == "launching" and e["node_type"] == "h100" for e in events)
         # The standing request for h100 is damped: refusals come in bursts, not every second.
         # 2. h100 comes back: the next probe gets it, traffic moves after the hysteresis.
