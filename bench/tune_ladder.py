@@ -47,6 +47,36 @@ def load_example() -> Any:
     return module
 
 
+class DriverClock:
+    """Seconds spent in the ladder's driver-side hooks (a figure the machine's load barely
+    moves, unlike wall times): scheduler, callback and first placement."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def install(self) -> None:
+        from ray_ladder.tune.callback import LadderCallback
+        from ray_ladder.tune.scheduler import LadderScheduler
+        from ray_ladder.tune.trainable import LadderTrialSpec
+
+        hooks = {LadderScheduler: ["on_trial_add", "on_trial_result", "on_trial_error",
+                                   "on_trial_complete", "choose_trial_to_run"],
+                 LadderCallback: ["on_trial_result", "on_trial_complete"],
+                 LadderTrialSpec: ["first_choice"]}
+        for cls, names in hooks.items():
+            for name in names:
+                setattr(cls, name, self._timed(getattr(cls, name)))
+
+    def _timed(self, fn: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - t0
+        return timed
+
+
 def run_config(tmp: str, name: str, stop: Any = None) -> Any:
     from ray import tune
 
@@ -80,15 +110,20 @@ def undisturbed(ex: Any, ladder: Any, tmp: str, ladder_on: bool, steps: int, i: 
 
 def disturbed(ex: Any, ladder: Any, cluster: Any, tmp: str) -> dict[str, Any]:
     """Kill the trial's h100 node mid-training, then add it back; time both moves."""
-    from ray_ladder.tune import Tuner, rung_history, with_ladder
+    from ray import tune
+
+    from ray_ladder.tune import LadderScheduler, Tuner, rung_history, with_ladder
 
     every, step_time = 5, 0.1
+    moves: list[tuple[float, dict[str, Any]]] = []  # (wall time, event) of each re-placement
+    scheduler = LadderScheduler(on_event=lambda e: moves.append((time.time(), e.to_dict())))
     log = ex.StepLog(Path(tmp) / "steps.jsonl")
     flag = Path(tmp) / "stop"
     config = {"steps": 5000, "checkpoint_every": every, "seed": 2, "step_time_s": step_time,
               "step_log": str(log.path)}
     stop_flag = str(flag)
     tuner = Tuner(with_ladder(ex.train_digits, ladder), param_space=config,
+                  tune_config=tune.TuneConfig(scheduler=scheduler),
                   run_config=run_config(tmp, "disturbed",
                                         stop=lambda trial_id, result: Path(stop_flag).exists()))
     fit = ex.FitThread(tuner)
@@ -109,7 +144,10 @@ def disturbed(ex: Any, ladder: Any, cluster: Any, tmp: str) -> dict[str, Any]:
         flag.touch()
         result = fit.join_results(120)[0]
     entries = log.read()
-    last_top = max(e["step"] for e in entries if e["rung"] == "h100" and e["time"] < killed_at)
+    # The killed process may log a step or two while SIGKILL lands: count up to the resume.
+    last_top = max(e["step"] for e in entries if e["rung"] == "h100" and e["time"] < low["time"])
+    fall_at = next(t for t, e in moves if e["direction"] == "down")
+    climb_at = next(t for t, e in moves if e["direction"] == "up")
     on_a100 = [e["step"] for e in entries if e["rung"] == "a100"]
     hysteresis, probe = ladder.policy.promotion_hysteresis, ladder.policy.probe_interval_s
     ckpt_interval_s = every * step_time
@@ -117,6 +155,10 @@ def disturbed(ex: Any, ladder: Any, cluster: Any, tmp: str) -> dict[str, Any]:
         "preempt_to_resume_s": round(low["time"] - killed_at, 2),
         "steps_lost": last_top - low["resumed_from"],
         "climb_at_checkpoint_s": round(high["time"] - added_at, 2),
+        "fall_decided_s": round(fall_at - killed_at, 2),
+        "fall_actor_restart_s": round(low["time"] - fall_at, 2),
+        "climb_decided_s": round(climb_at - added_at, 2),
+        "climb_actor_restart_s": round(high["time"] - climb_at, 2),
         "climb_from_add_call_s": round(high["time"] - add_called_at, 2),
         "climb_steps_lost": max(on_a100) - high["resumed_from"],
         "node_up_s": round(added_at - add_called_at, 2),
@@ -124,6 +166,7 @@ def disturbed(ex: Any, ladder: Any, cluster: Any, tmp: str) -> dict[str, Any]:
         "checkpoint_interval_s": ckpt_interval_s,
         "climb_goal_s": ckpt_interval_s + hysteresis * probe + 5,
         "path": [s.rung for s in rung_history(result)],
+        "events": [e["reason"] for _, e in moves],
     }
 
 
@@ -142,9 +185,14 @@ def main() -> None:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, LocalCluster(ex.NODE_TYPES, head=ex.HEAD) as c:
         walls: dict[str, list[float]] = {"plain": [], "ladder": []}
+        driver = DriverClock()
+        driver.install()
+        in_ladder_code = []
         for i in range(args.repeats):  # interleaved: both kinds see the same machine load
             walls["plain"].append(undisturbed(ex, ladder, tmp, False, args.steps, i))
+            before = driver.seconds
             walls["ladder"].append(undisturbed(ex, ladder, tmp, True, args.steps, i))
+            in_ladder_code.append(driver.seconds - before)
         moves = disturbed(ex, ladder, c, tmp)
     out = {
         "preempt_to_resume_s": moves.pop("preempt_to_resume_s"),
@@ -157,6 +205,7 @@ def main() -> None:
                     "overhead_ratio_median": round(statistics.median(walls["ladder"])
                                                    / statistics.median(walls["plain"]), 3),
                     "undisturbed_wall_s": {k: [round(w, 2) for w in v] for k, v in walls.items()},
+                    "ladder_driver_hooks_s": [round(x, 3) for x in in_ladder_code],
                     "undisturbed_steps": args.steps, "step_time_s": 0.05,
                     "bench_wall_s": round(time.perf_counter() - started, 1),
                     "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)},

@@ -114,7 +114,7 @@ def rung_history(results: Any) -> Any:
     metrics = getattr(results, "metrics", None)
     if isinstance(metrics, Mapping):
         return rung_history(metrics)
-    out = {}
+    out: dict[str, list[RungSpan]] = {}
     for result in results:
         m = getattr(result, "metrics", None) or {}
         out[m.get("trial_id", str(len(out)))] = rung_history(m)

@@ -16,7 +16,7 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from ray_ladder.capacity import CapacitySnapshot, CapacityView, ray_node_states
 from ray_ladder.constraints import Constraints
-from ray_ladder.events import TransitionEvent
+from ray_ladder.events import Direction, TransitionEvent
 from ray_ladder.placement import NodeState
 from ray_ladder.selector import Selector
 from ray_ladder.tune.history import RungSpan, summary
@@ -92,7 +92,11 @@ class _View:
         self._stop.set()
 
     def _loop(self) -> None:
+        import ray
+
         while not self._stop.wait(self.interval_s):
+            if self._source is ray_node_states and not ray.is_initialized():
+                return  # the run is over and Ray shut down
             try:
                 self.refresh()
             except Exception as err:  # keep the last snapshot; Ray may be shutting down
@@ -116,6 +120,7 @@ class _TrialState:
     released: tuple[str, str] | None = None  # (rung, node) it just left; counts as free
     pending: bool = False  # placed, waiting for its placement group (promised capacity)
     observed_at: float = float("-inf")  # capacity snapshot its selector saw last
+    free: list[str] = field(default_factory=list)  # rungs free at the last placement
 
 
 class LadderScheduler(TrialScheduler):
@@ -228,6 +233,7 @@ class LadderScheduler(TrialScheduler):
             if state is None or trial.status not in _LIVE:
                 return
             rung = self._decide(state, self._clock())
+            state.placed = None  # the trainable's default resources were only a guess
             if rung is None:
                 state.park_on_add = True  # listed as PENDING only after this hook returns
             else:
@@ -312,16 +318,16 @@ class LadderScheduler(TrialScheduler):
                     state.released = None
                     return trial
         chosen = self.base.choose_trial_to_run(tune_controller)
-        state = self._states.get(chosen.trial_id) if chosen is not None else None
-        if chosen is None or state is None or chosen.status != Trial.PAUSED:
+        held = self._states.get(chosen.trial_id) if chosen is not None else None
+        if chosen is None or held is None or chosen.status != Trial.PAUSED:
             return chosen
-        if state.parked or state.moving:
+        if held.parked or held.moving:
             return None  # ours, still waiting for a free rung
-        rung = self._decide(state, now)  # paused by the base scheduler
+        rung = self._decide(held, now)  # paused by the base scheduler
         if rung is None:
-            state.parked = True
+            held.parked = True
             return None
-        self._place(chosen, state, rung, "resumed")
+        self._place(chosen, held, rung, "resumed")
         return chosen
 
     def debug_string(self) -> str:
@@ -401,7 +407,9 @@ class LadderScheduler(TrialScheduler):
     def _decide(self, state: _TrialState, now: float) -> str | None:
         """Best eligible rung with a free placement now (a fresh first observation)."""
         selector = Selector(state.spec.trial_ladder, state.constraints)
-        rung = selector.observe(self._free(state, running=False), now).rung
+        free = self._free(state, running=False)
+        rung = selector.observe(free, now).rung
+        state.free = [name for name, ok in free.items() if ok]
         if rung is not None:
             state.selector = selector  # hysteresis counts from this placement
         return rung
@@ -426,11 +434,12 @@ class LadderScheduler(TrialScheduler):
             trial.update_resources(state.spec.resources(rung))
             state.placed = rung
             ladder = state.spec.trial_ladder
-            direction = None
+            direction: Direction | None = None
             if previous is not None:
                 direction = "down" if ladder.index(rung) > ladder.index(previous) else "up"
-            self._emit(TransitionEvent(self._clock(), state.spec.ladder.name, previous, rung,
-                                       direction, f"trial {trial.trial_id}: {reason}"))
+            self._emit(TransitionEvent(
+                self._clock(), state.spec.ladder.name, previous, rung, direction,
+                f"trial {trial.trial_id}: {reason}; free: {', '.join(state.free) or 'none'}"))
 
     def _park(self, tune_controller: Any, trial: Trial, state: _TrialState) -> None:
         tune_controller._set_trial_status(trial, Trial.PAUSED)

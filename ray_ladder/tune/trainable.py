@@ -136,10 +136,11 @@ class LadderTrialSpec:
         from ray_ladder.selector import Selector
         from ray_ladder.tune import scheduler as _scheduler
 
-        if not _scheduler.active():
-            _warn_no_scheduler()
         constraints = self.constraints_for(config)
         selector = Selector(self.trial_ladder, constraints)
+        if _scheduler.active():  # it places the trial before Tune requests resources
+            return self.resources(selector.eligible[0])
+        _warn_no_scheduler()
         try:
             snap = CapacityView(self.trial_ladder, require_available=True).refresh()
             rung = selector.observe(snap.obtainable, now=time.monotonic()).rung
