@@ -94,9 +94,13 @@ def app():
         serve.start(http_options={"host": "127.0.0.1", "port": port},
                     proxy_location="HeadOnly")
         # l4 has no node: deploying must not wait for it.
+        # Short graceful shutdowns keep the teardown quick once nodes were killed.
+        quick = {"graceful_shutdown_timeout_s": 1.0}
         handle = serve.run(build_app(LADDER, {"h100": Model, "a100": Model, "l4": Model},
                                      init_kwargs={"a100": {"greeting": "hallo"}},
-                                     max_body_bytes=MAX_BODY), name="it")
+                                     max_body_bytes=MAX_BODY,
+                                     deployment_options=dict.fromkeys(["h100", "a100", "l4"],
+                                                                      quick)), name="it")
         yield App(cluster, port, handle)
     finally:
         try:
