@@ -291,6 +291,22 @@ def test_residency_eu_trial_skips_the_us_rung():
     assert trial.rung == "cpu"
 
 
+def test_preempted_trial_with_no_free_rung_is_held_then_placed():
+    cluster = Cluster("h100", "a100", "cpu")
+    cluster.use("cpu-2", {"CPU": 2.0})  # the only other EU rung is busy
+    h = Harness(cluster, constraints={"jurisdiction": "eu"})
+    trial = h.add()
+    h.start(trial)
+    h.result(trial, checkpoint=True)
+    cluster.kill("h100")
+    h.fail(trial)
+    assert trial.status == Trial.PAUSED  # held, not queued on the dead h100
+    assert h.choose() is None
+    cluster.use("cpu-2", {"CPU": -2.0})  # the CPU rung frees up
+    h.sched.refresh()
+    assert h.choose() is trial and trial.rung == "cpu"
+
+
 def test_per_trial_constraints_from_config():
     h = Harness(Cluster("a100", "cpu"),
                 constraints=lambda config: {"jurisdiction": config["region"]})
