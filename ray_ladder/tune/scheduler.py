@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import weakref
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from ray_ladder.capacity import CapacitySnapshot, CapacityView, ray_node_states
-from ray_ladder.constraints import Constraints
+from ray_ladder.capacity import ray_node_states
 from ray_ladder.events import Direction, TransitionEvent
 from ray_ladder.placement import NodeState
 from ray_ladder.selector import Selector
+from ray_ladder.tune._state import TrialState, View
 from ray_ladder.tune.history import RungSpan, summary
 from ray_ladder.tune.trainable import LadderTrialSpec, spec_of
 
@@ -34,93 +33,6 @@ _LIVE = (Trial.PENDING, Trial.RUNNING, Trial.PAUSED)
 def active() -> bool:
     """True while a LadderScheduler is set up for a Tune run in this process."""
     return len(_ACTIVE) > 0
-
-
-class _View:
-    """Capacity of one ladder, refreshed in a daemon thread so Tune's loop never waits.
-
-    Keeps the node list each snapshot was computed from (to tell a dead node from a
-    trial that failed on a healthy one). ``refresh()`` forces a read when a decision
-    needs the state of right now (after a failure).
-    """
-
-    def __init__(self, spec: LadderTrialSpec, source: Callable[[], list[NodeState]],
-                 clock: Callable[[], float]) -> None:
-        self._source = source
-        self._clock = clock
-        self._read_nodes: list[NodeState] = []
-        self.view = CapacityView(spec.trial_ladder, require_available=True, source=self._read)
-        self.interval_s = spec.ladder.policy.probe_interval_s
-        self.state: tuple[CapacitySnapshot, list[NodeState], float] | None = None
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def _read(self) -> list[NodeState]:
-        self._read_nodes = list(self._source())
-        return self._read_nodes
-
-    def refresh(self) -> CapacitySnapshot:
-        with self._lock:
-            snap = self.view.refresh()
-            self.state = (snap, self._read_nodes, self._clock())
-            return snap
-
-    def current(self) -> tuple[CapacitySnapshot, list[NodeState], float]:
-        """The latest snapshot (read now if there is none), its nodes and its time."""
-        if self._thread is None:
-            self.refresh()
-            self._thread = threading.Thread(target=self._loop, daemon=True,
-                                            name="ladder-tune-capacity")
-            self._thread.start()
-        state = self.state
-        assert state is not None
-        return state
-
-    @property
-    def snap(self) -> CapacitySnapshot:
-        return self.current()[0]
-
-    @property
-    def at(self) -> float:
-        return self.current()[2]
-
-    def node_alive(self, node_id: str | None) -> bool:
-        return any(n.node_id == node_id and n.alive for n in self.current()[1])
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _loop(self) -> None:
-        import ray
-
-        while not self._stop.wait(self.interval_s):
-            if self._source is ray_node_states and not ray.is_initialized():
-                return  # the run is over and Ray shut down
-            try:
-                self.refresh()
-            except Exception as err:  # keep the last snapshot; Ray may be shutting down
-                logger.debug("ladder capacity refresh failed: %s", err)
-
-
-@dataclass
-class _TrialState:
-    """What the scheduler knows of one ladder trial."""
-
-    trial_id: str
-    spec: LadderTrialSpec
-    constraints: Constraints | None
-    selector: Selector
-    placed: str | None = None  # rung of the trial's current resources
-    node_id: str | None = None  # node of its last actor
-    spans: list[RungSpan] = field(default_factory=list)
-    park_on_add: bool = False  # no rung free at creation: hold it (PAUSED) once listed
-    parked: bool = False  # held PAUSED by us until a rung is free
-    moving: bool = False  # paused by us at a checkpoint to climb
-    released: tuple[str, str] | None = None  # (rung, node) it just left; counts as free
-    pending: bool = False  # placed, waiting for its placement group (promised capacity)
-    observed_at: float = float("-inf")  # capacity snapshot its selector saw last
-    free: list[str] = field(default_factory=list)  # rungs free at the last placement
 
 
 class LadderScheduler(TrialScheduler):
@@ -177,8 +89,8 @@ class LadderScheduler(TrialScheduler):
         self._clock = clock
         self._wall = wall_clock
         self._source = capacity_source or ray_node_states
-        self._states: dict[str, _TrialState] = {}
-        self._views: dict[str, _View] = {}
+        self._states: dict[str, TrialState] = {}
+        self._views: dict[str, View] = {}
         self._specs: dict[str, LadderTrialSpec] = {}
         self._callback: LadderCallback | None = None
 
@@ -358,7 +270,7 @@ class LadderScheduler(TrialScheduler):
 
     # --- internals -----------------------------------------------------------------------
 
-    def _new_state(self, trial: Trial) -> _TrialState | None:
+    def _new_state(self, trial: Trial) -> TrialState | None:
         spec = spec_of(trial.get_trainable_cls())
         if spec is None:
             return None  # not a ladder trainable: leave it to the base scheduler
@@ -366,18 +278,18 @@ class LadderScheduler(TrialScheduler):
         constraints = spec.constraints_for(trial.config)
         pgf = trial.placement_group_factory
         placed = spec.rung_of(pgf.bundles if pgf is not None else None, None, constraints)
-        state = _TrialState(trial.trial_id, spec, constraints,
+        state = TrialState(trial.trial_id, spec, constraints,
                             Selector(spec.trial_ladder, constraints), placed)
         self._states[trial.trial_id] = state
         return state
 
-    def _view(self, spec: LadderTrialSpec) -> _View:
+    def _view(self, spec: LadderTrialSpec) -> View:
         view = self._views.get(spec.uid)
         if view is None:
-            view = self._views[spec.uid] = _View(spec, self._source, self._clock)
+            view = self._views[spec.uid] = View(spec, self._source, self._clock)
         return view
 
-    def _live(self, tune_controller: Any) -> list[tuple[Trial, _TrialState]]:
+    def _live(self, tune_controller: Any) -> list[tuple[Trial, TrialState]]:
         out = []
         for trial in tune_controller.get_trials():
             state = self._states.get(trial.trial_id)
@@ -385,7 +297,7 @@ class LadderScheduler(TrialScheduler):
                 out.append((trial, state))
         return out
 
-    def _free(self, state: _TrialState, running: bool) -> dict[str, bool]:
+    def _free(self, state: TrialState, running: bool) -> dict[str, bool]:
         """Per rung: can this trial get a placement there now?"""
         view = self._view(state.spec)
         snap = view.snap
@@ -404,7 +316,7 @@ class LadderScheduler(TrialScheduler):
             out[state.placed] = True
         return out
 
-    def _decide(self, state: _TrialState, now: float) -> str | None:
+    def _decide(self, state: TrialState, now: float) -> str | None:
         """Best eligible rung with a free placement now (a fresh first observation)."""
         selector = Selector(state.spec.trial_ladder, state.constraints)
         free = self._free(state, running=False)
@@ -415,7 +327,7 @@ class LadderScheduler(TrialScheduler):
         return rung
 
     def _tick(self, tune_controller: Any, now: float,
-              trials: list[tuple[Trial, _TrialState]] | None = None) -> None:
+              trials: list[tuple[Trial, TrialState]] | None = None) -> None:
         """Let each running trial's selector observe every new capacity snapshot."""
         if trials is None:
             trials = self._live(tune_controller)
@@ -427,7 +339,7 @@ class LadderScheduler(TrialScheduler):
                 state.selector.observe(self._free(state, running=True), now)
                 state.observed_at = view.at
 
-    def _place(self, trial: Trial, state: _TrialState, rung: str, reason: str) -> None:
+    def _place(self, trial: Trial, state: TrialState, rung: str, reason: str) -> None:
         previous = state.placed
         state.pending = True
         if rung != previous:
@@ -441,14 +353,14 @@ class LadderScheduler(TrialScheduler):
                 self._clock(), state.spec.ladder.name, previous, rung, direction,
                 f"trial {trial.trial_id}: {reason}; free: {', '.join(state.free) or 'none'}"))
 
-    def _park(self, tune_controller: Any, trial: Trial, state: _TrialState) -> None:
+    def _park(self, tune_controller: Any, trial: Trial, state: TrialState) -> None:
         tune_controller._set_trial_status(trial, Trial.PAUSED)
         state.parked = True
         state.pending = False
         logger.info("ladder %s: trial %s held: no eligible rung has a free placement",
                     state.spec.ladder.name, trial.trial_id)
 
-    def _note_result(self, state: _TrialState, result: dict) -> None:
+    def _note_result(self, state: TrialState, result: dict) -> None:
         rung = result.get("ladder/rung")
         node = result.get("ladder/node_id")
         started = result.get("ladder/started_at")
@@ -474,7 +386,7 @@ class LadderScheduler(TrialScheduler):
                            state.spec.ladder.name, state.trial_id, rung, state.placed)
             state.placed = rung
 
-    def _close(self, state: _TrialState, why: str) -> None:
+    def _close(self, state: TrialState, why: str) -> None:
         state.pending = False
         if state.spans and state.spans[-1].end is None:
             state.spans[-1] = replace(state.spans[-1], end=self._wall(), ended_by=why)

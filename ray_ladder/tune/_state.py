@@ -1,0 +1,104 @@
+"""The LadderScheduler's bookkeeping: a capacity view per ladder, a state per trial."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ray_ladder.capacity import CapacitySnapshot, CapacityView, ray_node_states
+from ray_ladder.constraints import Constraints
+from ray_ladder.placement import NodeState
+from ray_ladder.selector import Selector
+from ray_ladder.tune.history import RungSpan
+from ray_ladder.tune.trainable import LadderTrialSpec
+
+logger = logging.getLogger("ray_ladder.tune.scheduler")
+
+
+class View:
+    """Capacity of one ladder, refreshed in a daemon thread so Tune's loop never waits.
+
+    Keeps the node list each snapshot was computed from (to tell a dead node from a
+    trial that failed on a healthy one). ``refresh()`` forces a read when a decision
+    needs the state of right now (after a failure).
+    """
+
+    def __init__(self, spec: LadderTrialSpec, source: Callable[[], list[NodeState]],
+                 clock: Callable[[], float]) -> None:
+        self._source = source
+        self._clock = clock
+        self._read_nodes: list[NodeState] = []
+        self.view = CapacityView(spec.trial_ladder, require_available=True, source=self._read)
+        self.interval_s = spec.ladder.policy.probe_interval_s
+        self.state: tuple[CapacitySnapshot, list[NodeState], float] | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _read(self) -> list[NodeState]:
+        self._read_nodes = list(self._source())
+        return self._read_nodes
+
+    def refresh(self) -> CapacitySnapshot:
+        with self._lock:
+            snap = self.view.refresh()
+            self.state = (snap, self._read_nodes, self._clock())
+            return snap
+
+    def current(self) -> tuple[CapacitySnapshot, list[NodeState], float]:
+        """The latest snapshot (read now if there is none), its nodes and its time."""
+        if self._thread is None:
+            self.refresh()
+            self._thread = threading.Thread(target=self._loop, daemon=True,
+                                            name="ladder-tune-capacity")
+            self._thread.start()
+        state = self.state
+        assert state is not None
+        return state
+
+    @property
+    def snap(self) -> CapacitySnapshot:
+        return self.current()[0]
+
+    @property
+    def at(self) -> float:
+        return self.current()[2]
+
+    def node_alive(self, node_id: str | None) -> bool:
+        return any(n.node_id == node_id and n.alive for n in self.current()[1])
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _loop(self) -> None:
+        import ray
+
+        while not self._stop.wait(self.interval_s):
+            if self._source is ray_node_states and not ray.is_initialized():
+                return  # the run is over and Ray shut down
+            try:
+                self.refresh()
+            except Exception as err:  # keep the last snapshot; Ray may be shutting down
+                logger.debug("ladder capacity refresh failed: %s", err)
+
+
+@dataclass
+class TrialState:
+    """What the scheduler knows of one ladder trial."""
+
+    trial_id: str
+    spec: LadderTrialSpec
+    constraints: Constraints | None
+    selector: Selector
+    placed: str | None = None  # rung of the trial's current resources
+    node_id: str | None = None  # node of its last actor
+    spans: list[RungSpan] = field(default_factory=list)
+    park_on_add: bool = False  # no rung free at creation: hold it (PAUSED) once listed
+    parked: bool = False  # held PAUSED by us until a rung is free
+    moving: bool = False  # paused by us at a checkpoint to climb
+    released: tuple[str, str] | None = None  # (rung, node) it just left; counts as free
+    pending: bool = False  # placed, waiting for its placement group (promised capacity)
+    observed_at: float = float("-inf")  # capacity snapshot its selector saw last
+    free: list[str] = field(default_factory=list)  # rungs free at the last placement
