@@ -242,10 +242,11 @@ def test_ladder_watch_deduplicates_repeated_events():
     w = LadderWatch()
     e1 = {"time": 1.0, "from": "h100", "to": "a100"}
     e2 = {"time": 2.0, "from": "a100", "to": "cpu"}
-    w.ingest({"events": [e1]}, t=1.5)
-    w.ingest({"events": [e1, e2]}, t=2.5)
-    w.ingest({"events": [e2]}, t=3.5)
+    w.ingest({"events": [e1], "degraded_s": 0.5}, t=1.5)
+    w.ingest({"events": [e1, e2], "degraded_s": 1.5}, t=2.5)
+    w.ingest({"events": [e2], "degraded_s": 0.0}, t=3.5)
     assert [(e["to"], e["seen_t"]) for e in w.events] == [("a100", 1.5), ("cpu", 2.5)]
+    assert w.max_degraded_s == 1.5
 
 
 def test_ladder_watch_records_when_and_why_a_rung_was_marked_down():

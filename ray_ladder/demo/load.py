@@ -108,11 +108,15 @@ class LadderWatch:
         self._down_now: set[str] = set()
         self.polls = 0
         self.errors = 0
+        self.max_degraded_s = 0.0
 
     def ingest(self, state: dict[str, Any], t: float) -> None:
         """Record one polled state taken at demo time ``t``."""
         self.polls += 1
         self.state = state
+        degraded = state.get("degraded_s")
+        if isinstance(degraded, (int, float)):
+            self.max_degraded_s = max(self.max_degraded_s, float(degraded))
         for event in _events_of(state):
             key = json.dumps(event, sort_keys=True, default=str)
             if key not in self._seen:

@@ -34,7 +34,8 @@ def _child(url: str, samples: list[tuple[list[float], int]], options: dict[str, 
                 out.put(("records", records[sent:]))
                 sent = len(records)
             w = gen.watch
-            out.put(("watch", (w.state, w.events, w.downs, w.polls, w.errors)))
+            out.put(("watch", (w.state, w.events, w.downs, w.polls, w.errors,
+                               w.max_degraded_s)))
             if done:
                 break
             time.sleep(_FLUSH_S)
@@ -134,7 +135,7 @@ class LoadProcess:
                 self._records.extend(value)
             elif kind == "watch":
                 w = self.watch
-                w.state, w.events, w.downs, w.polls, w.errors = value
+                w.state, w.events, w.downs, w.polls, w.errors, w.max_degraded_s = value
             elif kind == "crash":
                 self.crash = value
             elif kind == "done":

@@ -116,7 +116,7 @@ def summarize(
     model_accuracy: Mapping[str, float],
     transitions: Sequence[Mapping[str, Any]] = (),
     climbed_at: float | None = None,
-    server_state: Mapping[str, Any] | None = None,
+    router_max_degraded_s: float | None = None,
     rate_hz: float | None = None,
     marked_down: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
@@ -129,7 +129,8 @@ def summarize(
         model_accuracy: Each rung model's held-out accuracy (measured offline at start).
         transitions: The router's transition events on the demo clock (may be empty).
         climbed_at: Demo time of the first top-rung answer after the top came back.
-        server_state: The last ``GET /-/ladder`` state.
+        router_max_degraded_s: The largest ``degraded_s`` the router reported (its
+            longest degraded episode, as polled).
         rate_hz: The offered load.
         marked_down: Rungs the router marked down after a failed request (``t``, ``rung``,
             ``reason``), as polled.
@@ -174,7 +175,7 @@ def summarize(
                        "p99": _round(percentile(latencies, 99)),
                        "max": _round(max(latencies, default=None))},
         "degraded_s": round(degraded, 3),
-        "server_degraded_s": (server_state or {}).get("degraded_s"),
+        "router_max_degraded_s": router_max_degraded_s,
         "climb_back_s": (round(climbed_at - last_add, 3)
                          if climbed_at is not None and last_add is not None else None),
         "story": [e.to_dict() for e in story],
@@ -297,7 +298,10 @@ def summary_view(summary: Mapping[str, Any]) -> RenderableType:
     lat = summary["latency_ms"]
     lines.append(Text(f"served accuracy {_pct(summary['served_accuracy'])}   latency p50 "
                       f"{_ms(lat['p50'])} ms  p99 {_ms(lat['p99'])} ms   degraded "
-                      f"{summary['degraded_s']:.1f} s   climb back "
+                      f"{summary['degraded_s']:.1f} s"
+                      + (f" (router: {summary['router_max_degraded_s']:.1f} s)"
+                         if summary.get("router_max_degraded_s") is not None else "")
+                      + "   climb back "
                       + ("-" if summary["climb_back_s"] is None
                          else f"{summary['climb_back_s']:.1f} s after {summary['ladder'][0]} "
                               "returned")))

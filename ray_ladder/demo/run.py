@@ -252,7 +252,8 @@ def run_demo(args: argparse.Namespace, console: Console) -> int:
         summary = summarize(records, ladder=ladder.names, story=result.events,
                             model_accuracy={k: m.accuracy for k, m in models.items()},
                             transitions=transitions, climbed_at=result.climbed_at,
-                            server_state=gen.watch.state, rate_hz=args.rate,
+                            router_max_degraded_s=gen.watch.max_degraded_s,
+                            rate_hz=args.rate,
                             marked_down=gen.watch.downs)
         summary["climbed_back"] = result.climbed_at is not None
         summary["phases_s"] = dict(phase.durations)
