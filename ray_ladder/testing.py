@@ -13,10 +13,13 @@ from ray_ladder.spec import Ladder, Rung
 logger = logging.getLogger(__name__)
 
 #: Health-check settings that notice a SIGKILLed node in about a second (default: ~14 s).
+#: A killed raylet refuses the check at once, so detection is about threshold x period;
+#: the longer timeout keeps a live but CPU-starved raylet (a loaded 2-core box) from being
+#: declared dead.
 FAST_HEALTH_CHECKS: dict[str, Any] = {
     "health_check_initial_delay_ms": 0,
     "health_check_period_ms": 500,
-    "health_check_timeout_ms": 500,
+    "health_check_timeout_ms": 1500,
     "health_check_failure_threshold": 2,
 }
 
