@@ -84,11 +84,25 @@ def run_config(tmp: str, name: str, stop: Any = None) -> Any:
                           stop=stop, failure_config=tune.FailureConfig(max_failures=3))
 
 
+def wait_all_free(ladder: Any) -> None:
+    """Start each run on an idle cluster (the last run's placement group is released)."""
+    from ray_ladder.capacity import CapacityView
+    from ray_ladder.testing import wait_until
+    from ray_ladder.tune.trainable import LadderTrialSpec
+
+    spec = LadderTrialSpec.build(ladder, None, 1)
+    view = CapacityView(spec.trial_ladder, require_available=True)
+    wait_until(lambda: all(c.state == "free" for c in view.refresh().rungs.values()), 60, 0.1,
+               "every rung free")
+
+
 def undisturbed(ex: Any, ladder: Any, tmp: str, ladder_on: bool, steps: int, i: int) -> float:
     """Wall time of one fit() of the same training, on the ladder or with plain Tune."""
     from ray import tune
 
     from ray_ladder.tune import Tuner, with_ladder
+
+    wait_all_free(ladder)
 
     config = {"steps": steps, "checkpoint_every": 5, "seed": 1, "step_time_s": 0.05}
     name = f"{'ladder' if ladder_on else 'plain'}-{i}"
@@ -126,6 +140,7 @@ def disturbed(ex: Any, ladder: Any, cluster: Any, tmp: str) -> dict[str, Any]:
                   tune_config=tune.TuneConfig(scheduler=scheduler),
                   run_config=run_config(tmp, "disturbed",
                                         stop=lambda trial_id, result: Path(stop_flag).exists()))
+    wait_all_free(ladder)
     fit = ex.FitThread(tuner)
     fit.start()
     try:
@@ -146,8 +161,8 @@ def disturbed(ex: Any, ladder: Any, cluster: Any, tmp: str) -> dict[str, Any]:
     entries = log.read()
     # The killed process may log a step or two while SIGKILL lands: count up to the resume.
     last_top = max(e["step"] for e in entries if e["rung"] == "h100" and e["time"] < low["time"])
-    fall_at = next(t for t, e in moves if e["direction"] == "down")
-    climb_at = next(t for t, e in moves if e["direction"] == "up")
+    fall_at = next(t for t, e in moves if e["direction"] == "down" and t > killed_at)
+    climb_at = next(t for t, e in moves if e["direction"] == "up" and t > added_at)
     on_a100 = [e["step"] for e in entries if e["rung"] == "a100"]
     hysteresis, probe = ladder.policy.promotion_hysteresis, ladder.policy.probe_interval_s
     ckpt_interval_s = every * step_time
