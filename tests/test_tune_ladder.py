@@ -45,7 +45,11 @@ def cluster():
 
 @pytest.fixture
 def nodes_back(cluster):
-    """Whatever a test kills is back for the next one."""
+    """Each test starts on an idle cluster; whatever it kills is back for the next one."""
+    view = CapacityView(with_ladder(ex.train_digits, LADDER)._ladder_spec.trial_ladder,
+                        require_available=True)
+    wait_until(lambda: all(c.state == "free" for c in view.refresh().rungs.values()), 60, 0.1,
+               "every rung free")
     yield cluster
     for node_type in ex.NODE_TYPES:
         if not cluster.nodes(node_type):
