@@ -43,11 +43,11 @@ class RungCaller:
       next obtainable rung as well and keeps the first answer (:meth:`start` and the
       router's race); the ladder does not move for that;
     * after ``max(5 s, 8 x assign_timeout_s)`` (at least ``pending_timeout_s`` for a
-      rung with no RUNNING replica, which first has to start one) with no answer from
-      the rung to any request meanwhile, the rung has failed (:class:`RungFailed` with
-      ``timeout``). A rung that answered other requests in that window is busy, not
-      gone, and the request keeps its place; so it does when no other compute rung
-      could take it.
+      rung with no RUNNING replica, which first has to start one) with no sign of life
+      from the rung meanwhile, the rung has failed (:class:`RungFailed` with
+      ``timeout``). A replica that took or answered another request in that window is
+      alive, so the rung is busy, not gone, and the request keeps its place; so it does
+      when no other compute rung could take it.
 
     The answer itself may take as long as the model needs (``request_timeout_s``). A
     request still in flight when its rung stops being obtainable (:meth:`signal_lost`)
@@ -72,12 +72,13 @@ class RungCaller:
         self.assign_timeout_s = assign_timeout_s
         self.request_timeout_s = request_timeout_s
         self.pending_timeout_s = pending_timeout_s
-        self._last_ok: dict[str, float] = {}
+        self._last_alive: dict[str, float] = {}
         self._down: dict[str, asyncio.Future[None]] = {}
 
-    def answered_within(self, rung: str, seconds: float) -> bool:
-        """Whether ``rung`` answered a request or ping in the last ``seconds``."""
-        last = self._last_ok.get(rung)
+    def alive_within(self, rung: str, seconds: float) -> bool:
+        """Whether a replica of ``rung`` took or answered a request or ping in the last
+        ``seconds`` (either proves the rung alive)."""
+        last = self._last_alive.get(rung)
         return last is not None and asyncio.get_running_loop().time() - last <= seconds
 
     def signal_lost(self, rungs: Iterable[str]) -> None:
@@ -141,18 +142,20 @@ class RungCaller:
                     break
                 if down in done:
                     raise RungFailed("rung went down while the request waited for a replica")
-                if self._last_ok.get(rung, -1.0) < window and elsewhere():
+                if self._last_alive.get(rung, -1.0) < window and elsewhere():
                     raise RungFailed(f"no replica took the request within {dead_s:g}s "
-                                     "and the rung answered nothing meanwhile", timeout=True)
+                                     "and the rung showed no sign of life meanwhile",
+                                     timeout=True)
                 window = loop.time()
             replica_result = waiting.result()
             assigned.set_result(None)
+            self._last_alive[rung] = loop.time()
             waiting = asyncio.ensure_future(replica_result.get_async())
             done, _ = await asyncio.wait((waiting, down), timeout=answer_s,
                                          return_when=asyncio.FIRST_COMPLETED)
             if waiting in done:
                 value = waiting.result()
-                self._last_ok[rung] = loop.time()
+                self._last_alive[rung] = loop.time()
                 return value
             if down in done:
                 raise RungFailed("rung went down while the request ran")

@@ -162,7 +162,7 @@ class LadderRouter:
                 self._spawn(self._ping(rung, policy.pending_timeout_s))
         for rung, ok in obtainable.items():
             if (ok and self._state.is_warm(rung) and rung not in self._pinging
-                    and not self._caller.answered_within(rung, policy.probe_interval_s)):
+                    and not self._caller.alive_within(rung, policy.probe_interval_s)):
                 self._pinging.add(rung)
                 self._spawn(self._ping(rung, max(1.0, 4 * self._caller.assign_timeout_s)))
 
@@ -252,9 +252,9 @@ class LadderRouter:
                         attempts.append(Attempt(pending.rung, failed.reason, time.time()))
                         self._failed(pending.rung, failed.reason)
                 if not done and not hedged and primary in racing:
-                    if self._caller.answered_within(name, self._caller.assign_timeout_s):
-                        # The rung answers others: it is busy, not gone; a copy would
-                        # only add load. Look again after another window.
+                    if self._caller.alive_within(name, self._caller.assign_timeout_s):
+                        # The rung takes or answers others: it is busy, not gone; a
+                        # copy would only add load. Look again after another window.
                         hedge_at = loop.time() + self._caller.assign_timeout_s
                         continue
                     hedged = True
