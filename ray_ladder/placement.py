@@ -75,6 +75,27 @@ def label_matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> boo
     return True
 
 
+def labels_satisfying(selector: Mapping[str, str]) -> dict[str, str]:
+    """Node labels that satisfy the positive terms of a label selector.
+
+    ``v`` gives ``v``; ``in(a,b)`` gives ``a``; negations (``!v``, ``!in(...)``) need no
+    label and are left out. Used to build nodes (LocalCluster, templates) for a rung.
+
+    Example:
+        >>> labels_satisfying({"zone": "in(a,b)", "spot": "!true", "site": "onprem"})
+        {'zone': 'a', 'site': 'onprem'}
+    """
+    labels: dict[str, str] = {}
+    for key, expr in selector.items():
+        expr = expr.strip()
+        if expr.startswith("!"):
+            continue
+        if expr.startswith("in(") and expr.endswith(")"):
+            expr = expr[3:-1].split(",")[0].strip()
+        labels[key] = expr
+    return labels
+
+
 def fits(need: Mapping[str, float], resources: Mapping[str, float]) -> int:
     """How many copies of ``need`` fit in ``resources`` (0 when any key is short)."""
     if not need:

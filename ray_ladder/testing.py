@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ray_ladder.placement import labels_satisfying
 from ray_ladder.spec import Ladder, Rung
 
 logger = logging.getLogger(__name__)
@@ -84,14 +85,7 @@ def node_type_for_rung(rung: Rung, num_cpus: float = 1) -> NodeType | None:
     resources = {k: max(v, 1.0) for k, v in rung.resources.items()}
     if rung.accelerator_type:
         resources[f"accelerator_type:{rung.accelerator_type}"] = 1.0
-    labels: dict[str, str] = {}
-    for key, expr in rung.label_selector.items():
-        expr = expr.strip()
-        if expr.startswith("!"):
-            continue
-        if expr.startswith("in(") and expr.endswith(")"):
-            expr = expr[3:-1].split(",")[0].strip()
-        labels[key] = expr
+    labels = labels_satisfying(rung.label_selector)
     if not resources and not rung.num_gpus and not labels:
         return None
     labels["ladder.rung"] = rung.name

@@ -17,6 +17,7 @@ from ray_ladder.autoscale.catalog import (
     machine_for,
     rung_hardware,
 )
+from ray_ladder.placement import labels_satisfying
 from ray_ladder.spec import Ladder, Rung
 
 PROVIDERS = ("aws", "gcp", "azure", "kuberay", "local-fake", "gke-computeclass")
@@ -87,15 +88,7 @@ class NodeTypePlan:
 
 def rung_labels(rung: Rung) -> dict[str, str]:
     """Labels a node of ``rung``'s type carries: ``ladder.rung`` and the selector's equalities."""
-    labels = {"ladder.rung": rung.name}
-    for key, expr in rung.label_selector.items():
-        expr = expr.strip()
-        if expr.startswith("!"):
-            continue
-        if expr.startswith("in(") and expr.endswith(")"):
-            expr = expr[3:-1].split(",")[0].strip()
-        labels[key] = expr
-    return labels
+    return {"ladder.rung": rung.name, **labels_satisfying(rung.label_selector)}
 
 
 def node_resources_for(rung: Rung, hw: RungHardware, machine: Machine) -> dict[str, int]:
