@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Coroutine
@@ -75,6 +76,8 @@ class LadderOrchestrator:
 
     def __init__(self) -> None:
         _log_events_to_stderr()
+        # _value() calls ray.get(timeout=0) only on items already in this process.
+        os.environ.setdefault("RAY_WARN_BLOCKING_GET_INSIDE_ASYNC", "0")
         self.nodes = NodeCache()
         self.tasks: dict[str, TaskState] = {}
         self.stats: Counter[str] = Counter()
@@ -123,10 +126,21 @@ class LadderOrchestrator:
     # --- calls ---------------------------------------------------------------------------
 
     async def run(self, key: str, packed: tuple[tuple[Any, ...], dict[str, Any]]) -> Any:
-        """Run one call; return its value or raise its error (LadderExhaustedError...)."""
+        """Run one call; return its value or raise its error (LadderExhaustedError...).
+
+        Arguments come packed so that ``ObjectRef`` arguments reach the attempt
+        unresolved (Ray resolves top-level refs of an actor call before running it).
+        """
+        return await self._run(key, *packed)
+
+    async def run_args(self, key: str, *args: Any) -> Any:
+        """:meth:`run` for positional plain values: Ray's fast argument path, no pickling
+        of a tuple. The driver uses it when no argument is an ``ObjectRef``."""
+        return await self._run(key, args, {})
+
+    async def _run(self, key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         task_id = ray.get_runtime_context().get_task_id() or ""
         task = await self._task(key)
-        args, kwargs = packed
         call = Call(args, kwargs, asyncio.get_running_loop().create_future(), task_id)
         self.stats["calls"] += 1
         task.dispatch(call)

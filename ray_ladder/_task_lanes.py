@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 from ray.exceptions import (
+    GetTimeoutError,
     LocalRayletDiedError,
     NodeDiedError,
     ObjectLostError,
@@ -21,7 +22,7 @@ from ray.exceptions import (
     WorkerCrashedError,
 )
 
-from ray_ladder._task_runner import make_batch_runner
+from ray_ladder._task_runner import CallFailed, make_batch_runner
 from ray_ladder.capacity import CapacityView
 from ray_ladder.context import RungContext
 from ray_ladder.events import Direction, TransitionEvent
@@ -180,9 +181,9 @@ class TaskState:
         """Why ``rung`` is or is not obtainable, for attempt records."""
         if rung in self.congested:
             return "busy: an attempt waited past pending_timeout_s"
-        cap = self.snapshot.rungs[rung]
-        return {"absent": "absent: no alive node can host it", "busy": "busy",
-                "free": "free"}[cap.state]
+        if not self.obtainable.get(rung):
+            return "absent: no alive node can host it"
+        return f"{self.snapshot.rungs[rung].state}, but above where this call could go"
 
     # --- calls ---------------------------------------------------------------------------
 
@@ -220,7 +221,7 @@ class TaskState:
         now = time.time()
         for name in self.lanes:
             if name not in tried:
-                attempts.append(Attempt(name, f"not obtainable ({self.state_of(name)})", now))
+                attempts.append(Attempt(name, f"not used ({self.state_of(name)})", now))
         attempts.append(Attempt(None, reason, now))
         call.attempts = attempts
         self.fail(call, LadderExhaustedError(self.ladder.name, attempts,
@@ -384,19 +385,20 @@ class Lane:
                     self.evacuate(f"{rung} busy")
                 # Nothing below (or already cancelled): look again a little later.
                 deadline = loop.time() + min(pt, task.probe_s)
-            batch.node = await first.result()
+            batch.node = await _value(first.result())
             batch.started = True
             for i, call in enumerate(calls):  # noqa: B007 (i is read in the handler)
-                ok, payload, seconds = await (await gen.__anext__())
-                task.observe_duration(seconds)
-                if ok:
-                    task.succeed(call, rung, payload)
-                elif isinstance(payload.cause, task.fallback_on):
-                    name = type(payload.cause).__name__
-                    task.retry(call, rung, f"{name}: {payload.cause}", fall=True)
+                item = await _value(await gen.__anext__())
+                if type(item) is not CallFailed:
+                    task.succeed(call, rung, item)
+                elif isinstance(item.error.cause, task.fallback_on):
+                    cause = item.error.cause
+                    task.retry(call, rung, f"{type(cause).__name__}: {cause}", fall=True)
                 else:
-                    task.fail(call, payload, rung)
+                    task.fail(call, item.error, rung)
             i = len(calls)
+            done = await _value(await gen.__anext__())
+            task.observe_duration(done.seconds / len(calls))
         except Exception as err:  # settle every call that has no answer yet
             try:
                 self._failed(batch, calls[i:], err)
@@ -442,6 +444,15 @@ class Lane:
         else:
             for call in rest:
                 task.fail(call, err, rung)
+
+
+async def _value(ref: ray.ObjectRef) -> Any:
+    """The value of a streamed item: read at once when it is already here (small values
+    travel inside the report), awaited otherwise (large ones sit in the node's store)."""
+    try:
+        return ray.get(ref, timeout=0)
+    except GetTimeoutError:
+        return await ref
 
 
 async def _deps_ready(deps: list[ray.ObjectRef], started: asyncio.Future[Any]) -> None:

@@ -26,10 +26,12 @@ def make_batch_runner(fn: Callable[..., Any], fn_name: str,
     """A streaming generator that runs a batch of calls of ``fn`` on one rung.
 
     It yields the node id first (the *started* marker: the attempt was scheduled), then
-    one ``(ok, value_or_error, seconds)`` item per call, in order, so each call completes
-    as soon as it is done and a node death loses only the calls not yet yielded.
-    Arguments arrive flattened as top-level task arguments so Ray resolves every
-    ``ObjectRef`` argument before the attempt is scheduled, as for a plain task.
+    one item per call, in order: the function's value itself (so plain values take Ray's
+    fast serialization path) or a :class:`CallFailed`; each call completes as soon as it
+    is done and a node death loses only the calls not yet yielded. A last
+    :class:`BatchDone` carries the time spent in the function. Arguments arrive
+    flattened as top-level task arguments so Ray resolves every ``ObjectRef`` argument
+    before the attempt is scheduled, as for a plain task.
     """
 
     def ladder_attempt(rung: str, layout: Layout, *flat: Any) -> Iterator[Any]:
@@ -38,6 +40,7 @@ def make_batch_runner(fn: Callable[..., Any], fn_name: str,
         yield ray.get_runtime_context().get_node_id()
         ctx = contexts[rung]
         pos = 0
+        busy = 0.0
         for n_args, names in layout:
             args = flat[pos:pos + n_args]
             pos += n_args
@@ -47,11 +50,38 @@ def make_batch_runner(fn: Callable[..., Any], fn_name: str,
             try:
                 value = fn(*args, rung=ctx, **kwargs)
             except Exception as err:  # the caller decides: fall a rung or raise it
-                yield (False, task_error(fn_name, err), time.perf_counter() - start)
+                busy += time.perf_counter() - start
+                yield CallFailed(task_error(fn_name, err))
             else:
-                yield (True, value, time.perf_counter() - start)
+                busy += time.perf_counter() - start
+                yield value
+        yield BatchDone(busy)
 
     return ladder_attempt
+
+
+class CallFailed:
+    """A batch item: the call raised (a ``RayTaskError`` carrying the worker traceback)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Any) -> None:  # a RayTaskError
+        self.error = error
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (CallFailed, (self.error,))
+
+
+class BatchDone:
+    """The last batch item: seconds spent inside the function for the whole batch."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (BatchDone, (self.seconds,))
 
 
 def rung_for_labels(labels: Mapping[str, str],

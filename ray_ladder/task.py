@@ -83,7 +83,9 @@ class LadderTask:
             return NativePath.of(self._key, self._spec).submit(args, kwargs)
         handle = get_orchestrator()
         ensure_registered(handle, self._key, self._spec)
-        return handle.run.remote(self._key, (args, kwargs))
+        if kwargs or any(isinstance(a, ray.ObjectRef) for a in args):
+            return handle.run.remote(self._key, (args, kwargs))
+        return handle.run_args.remote(self._key, *args)
 
     def options(self, **options: Any) -> LadderTask:
         """A copy with some options changed (ladder options and Ray task options).
