@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from ray_ladder._lazy import lazy_getattr
 from ray_ladder.constraints import Constraints
 from ray_ladder.context import RungContext
 from ray_ladder.events import TransitionEvent
@@ -51,13 +49,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ray_ladder' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr("ray_ladder", _LAZY, globals())
 
 
 def __dir__() -> list[str]:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ray_ladder._lazy import lazy_getattr
 
 # Pure parts load eagerly; the Ray-facing ones on first use.
 from ray_ladder.autoscale.plan import (
@@ -37,10 +36,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ray_ladder.autoscale' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr("ray_ladder.autoscale", _LAZY, globals())

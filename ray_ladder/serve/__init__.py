@@ -6,9 +6,7 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from ray_ladder._lazy import lazy_getattr
 from ray_ladder.serve.result import LadderResult
 
 _LAZY = {
@@ -21,13 +19,7 @@ _LAZY = {
 __all__ = ["LadderAppArgs", "LadderResult", "LadderRouter", "app_builder", "build_app"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ray_ladder.serve' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr("ray_ladder.serve", _LAZY, globals())
 
 
 def __dir__() -> list[str]:
