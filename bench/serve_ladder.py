@@ -225,6 +225,9 @@ def main():
         if before:  # the same load before the kill: what this machine does without one
             out["baseline_p99_latency_s"] = round(before[int(0.99 * (len(before) - 1))], 3)
             out["baseline_max_latency_s"] = round(before[-1], 3)
+            # Above this the machine could not keep up with the rate before any kill: the
+            # failover latencies then measure its queue, not the ladder.
+            out["saturated_before_kill"] = out["baseline_p99_latency_s"] > 0.5
         out["failover_answers_by_rung"] = {
             rung: sum(1 for r in during if r[3] == rung) for rung in {r[3] for r in during}}
         hysteresis_term = LADDER.policy.promotion_hysteresis * LADDER.policy.probe_interval_s

@@ -78,6 +78,7 @@ class LadderRouter:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._probe_errors = 0
         self._probe_s = 0.0
+        self._max_lag_s = 0.0
         try:
             await asyncio.wait_for(self._probe(), timeout=30)
         except Exception:  # start anyway: the loop below keeps probing
@@ -130,6 +131,8 @@ class LadderRouter:
             # Keep the cadence: a slow probe shortens the wait before the next one.
             due = max(due + interval, loop.time())
             await asyncio.sleep(due - loop.time())
+            # How late the loop woke up: a blocked event loop delays every request.
+            self._max_lag_s = max(self._max_lag_s, loop.time() - due)
             try:
                 await self._probe()
             except RuntimeError as err:
@@ -310,6 +313,8 @@ class LadderRouter:
         out["cache_entries"] = len(self._cache) if self._cache is not None else None
         out["probe_errors"] = self._probe_errors
         out["last_probe_s"] = round(self._probe_s, 4)
+        out["max_loop_lag_s"] = round(self._max_lag_s, 4)  # since the last state read
+        self._max_lag_s = 0.0
         return out
 
     async def __call__(self, request: Any) -> Any:
