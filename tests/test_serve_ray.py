@@ -234,7 +234,8 @@ def test_metrics_and_events_are_reported(healthy):
 # --- losing and regaining capacity ----------------------------------------------------------
 
 def test_fall_on_sigkill_of_the_top_rung_under_load_loses_no_request(healthy):
-    with Load(healthy, rate=20) as load:
+    eu_headers = {"X-Ladder-Jurisdiction": "eu"}
+    with Load(healthy, rate=20) as load, Load(healthy, rate=5, **eu_headers) as eu_load:
         wait_until(lambda: load.answered_by("h100", 0), SLOW, 0.05, "load on h100")
         killed_at = time.monotonic()
         healthy.kill("h100")
@@ -242,8 +243,10 @@ def test_fall_on_sigkill_of_the_top_rung_under_load_loses_no_request(healthy):
         wait_until(lambda: sum(1 for r in list(load.results)
                                if r[2] == "a100" and r[0] > killed_at) >= 20,
                    SLOW, 0.05, "answers from a100")
-    failed = [r for r in load.results if r[1] != 200]
+    failed = [r for r in load.results + eu_load.results if r[1] != 200]
     assert failed == []
+    # Residency holds through the fall, hedges and retries included.
+    assert {r[2] for r in eu_load.results} == {"a100"}
     assert any(r[2] == "a100" and r[0] > killed_at for r in load.results)
     down = [e for e in healthy.state()["events"] if e["direction"] == "down"]
     assert down and down[-1]["from"] == "h100"
