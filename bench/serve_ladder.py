@@ -168,7 +168,13 @@ def main():
         port = free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": port},
                     proxy_location="HeadOnly")
-        serve.run(build_app(LADDER, {"h100": Model, "a100": Model}),
+        # Room for the burst a fall sends to the rung below: with Serve's default of 5
+        # ongoing requests per replica, the handle's routing backs off under the burst
+        # and a 2-core machine never drains the queue. The plain app calls the same h100
+        # deployment, so both sides run with this setting.
+        roomy = {"max_ongoing_requests": 32}
+        serve.run(build_app(LADDER, {"h100": Model, "a100": Model},
+                            deployment_options={"h100": roomy, "a100": roomy}),
                   name="ladder", route_prefix="/ladder")
         serve.run(plain_app(), name="plain", route_prefix="/plain")
         base = f"http://127.0.0.1:{port}"
