@@ -416,3 +416,13 @@ def test_failures_of_the_rung_fall_and_user_errors_do_not():
     user = RayTaskError("f", "traceback", ValueError("bad payload"))
     assert failure_reason(user) is None
     assert failure_reason(RayTaskError("f", "tb", ActorDiedError())).startswith("ActorDied")
+
+
+def test_why_a_rung_is_unobtainable():
+    state = _state(cooldown=1.0)
+    state.observe({"h100": 0, "a100": 1, "l4": 0}, {**ALL_UP, "l4": False}, now=0)
+    assert state.why_unobtainable("h100", 0) == "its standby replica is not running yet"
+    assert state.why_unobtainable("l4", 0) == "no alive node can host it"
+    state.mark_down("a100", "ActorDiedError: gone", now=0)
+    assert state.why_unobtainable("a100", 0.5) == "marked down: ActorDiedError: gone"
+    assert state.lost == ["a100"]

@@ -148,6 +148,17 @@ class RouterState:
                 return name
         return None
 
+    def why_unobtainable(self, rung: str, now: float) -> str:
+        """A short reason why compute ``rung`` is not obtainable (for logs and state)."""
+        down = self._down.get(rung)
+        if down is not None and down[0] > now:
+            return f"marked down: {down[1]}"
+        if not self._placeable.get(rung, False):
+            return "no alive node can host it"
+        if self._running.get(rung, 0) == 0:
+            return "its standby replica is not running yet"
+        return "obtainable"
+
     def is_down(self, rung: str, now: float) -> bool:
         """Whether a failure marked ``rung`` down and its cooldown is still running."""
         down = self._down.get(rung)

@@ -118,7 +118,10 @@ class LadderRouter:
         running, snapshot = await asyncio.gather(asyncio.to_thread(self._read_running),
                                                  asyncio.to_thread(self._view.refresh))
         self._probe_s = time.monotonic() - started
-        decision = self._state.observe(running, snapshot.obtainable, time.time())
+        now = time.time()
+        decision = self._state.observe(running, snapshot.obtainable, now)
+        for rung in self._state.lost:
+            logger.warning("rung %s lost: %s", rung, self._state.why_unobtainable(rung, now))
         self._caller.signal_lost(self._state.lost)
         self._metrics.decision(decision)
         self._start_pings()
