@@ -66,11 +66,10 @@ class NativePath:
         self.ladder = effective_ladder(spec.ladder, opts.ray)
         self.constraints = opts.constraints
         rungs = [r for r in self.ladder.eligible(opts.constraints) if r.is_compute]
+        # No background thread: the snapshot refreshes inline, at most once per
+        # probe_interval_s, in the caller's thread. (A driver thread that touches Ray
+        # while ray.shutdown() runs can end the whole process.)
         self.view = CapacityView(self.ladder)
-        self.pending_timeout_s = opts.pending_timeout(spec.ladder)
-        self._outstanding: list[ray.ObjectRef] = []
-        self._refs_lock = threading.Lock()
-        self._stop = threading.Event()
         self.selector = Selector(self.ladder, opts.constraints, on_event=self._on_event)
         self._seen: Any = None
         selectors = [(r.name, dict(r.label_selector)) for r in rungs]
@@ -86,42 +85,6 @@ class NativePath:
             self.remotes[rung.name] = runner.options(
                 **{**base, "label_selector": dict(rung.label_selector),
                    "fallback_strategy": below or None})
-        self.view.refresh()
-        threading.Thread(target=self._watch, name=f"ladder-native-{self.name}",
-                         daemon=True).start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _watch(self) -> None:
-        """Refresh capacity every probe; cancel calls no eligible rung can run any more.
-
-        Ray would keep such a task pending until a matching node returns; the ladder's
-        rule is a clear answer instead of a hang, so after ``pending_timeout_s`` with no
-        eligible rung obtainable the waiting calls are cancelled (``TaskCancelledError``).
-        """
-        lost_since: float | None = None
-        while not self._stop.wait(self.view.refresh_interval_s):
-            try:
-                snap = self.view.refresh()
-                with self._refs_lock:
-                    refs, self._outstanding = self._outstanding, []
-                waiting = ray.wait(refs, num_returns=len(refs), timeout=0,
-                                   fetch_local=False)[1] if refs else []
-                if any(snap.obtainable.get(r) for r in self.remotes):
-                    lost_since = None
-                else:
-                    now = time.monotonic()
-                    lost_since = lost_since or now
-                    if waiting and now - lost_since >= self.pending_timeout_s:
-                        for ref in waiting:
-                            ray.cancel(ref, force=True)
-                        waiting = []
-                with self._refs_lock:
-                    self._outstanding.extend(waiting)
-            except Exception:  # Ray shut down, or a refresh failed: try again later
-                if not ray.is_initialized():
-                    return
 
     @classmethod
     def of(cls, key: str, spec: TaskSpec) -> NativePath:
@@ -134,10 +97,8 @@ class NativePath:
         state = cls._states.get((ident, key))
         if state is None:
             with cls._lock:
-                for (other, _), old in list(cls._states.items()):
-                    if other != ident:
-                        old.stop()
-                        del cls._states[(other, _)]
+                for other in [k for k in cls._states if k[0] != ident]:
+                    del cls._states[other]  # an earlier Ray session
                 state = cls._states[(ident, key)] = NativePath(spec)
         return state
 
@@ -167,8 +128,6 @@ class NativePath:
             return ray.remote(raise_error).options(num_cpus=0, max_retries=0).remote(err)
         value, rung = remote.remote(*args, **kwargs)
         self._remember(value, rung)
-        with self._refs_lock:
-            self._outstanding.append(value)
         return value
 
     @classmethod

@@ -46,11 +46,11 @@ class LadderTask:
         self._signature = inspect.signature(fn)
         self._key = f"{self._family}:{options.fingerprint()}"
         self._spec = TaskSpec(self._name, self._family, fn, ladder, options)
-        problem = native_problem(ladder, options)
-        if options.path == "native" and problem is not None:
-            raise ValueError(f"path='native' is not possible for {self._name}: {problem}")
-        self.path = "native" if problem is None and options.path != "orchestrated" \
-            else "orchestrated"
+        if options.path == "native":
+            problem = native_problem(ladder, options)
+            if problem is not None:
+                raise ValueError(f"path='native' is not possible for {self._name}: {problem}")
+        self.path = options.path
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -128,7 +128,8 @@ def ladder_task(ladder: Ladder | str | Path | None = None, /,
 
     The function takes a keyword argument ``rung``: the :class:`RungContext` it runs on
     (name, params, tags, quality). Options: ``constraints``, ``max_attempts``,
-    ``fallback_on``, ``pending_timeout_s``, ``path``, and the Ray task options
+    ``fallback_on``, ``pending_timeout_s``, ``path`` (``"orchestrated"`` or
+    ``"native"``, see docs/tasks.md), and the Ray task options
     ``num_cpus``, ``num_gpus``, ``memory``, ``resources``, ``accelerator_type``,
     ``label_selector``, ``runtime_env``, ``name``, ``enable_task_events``.
 

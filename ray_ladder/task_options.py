@@ -11,7 +11,7 @@ from typing import Any
 from ray_ladder.constraints import Constraints
 from ray_ladder.spec import Ladder, Rung
 
-PATHS = ("auto", "native", "orchestrated")
+PATHS = ("orchestrated", "native")
 
 
 def _check_constraints(value: Any) -> Constraints | None:
@@ -58,7 +58,7 @@ LADDER_OPTIONS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "constraints": (_check_constraints, None),
     "fallback_on": (_check_fallback_on, ()),
     "max_attempts": (_check_max_attempts, None),
-    "path": (_check_path, "auto"),
+    "path": (_check_path, "orchestrated"),
     "pending_timeout_s": (_check_pending_timeout, None),
 }
 
@@ -104,7 +104,7 @@ class TaskOptions:
         constraints: Hard limits on the rungs (residency, cost, quality).
         fallback_on: Exception classes that make a call fall one rung.
         max_attempts: Most attempts per call (``None``: one per compute rung + 3).
-        path: ``auto``, ``native`` (Ray's label fallback) or ``orchestrated``.
+        path: ``orchestrated`` (default) or ``native`` (Ray's label fallback).
         pending_timeout_s: Override of ``policy.pending_timeout_s``.
         ray: Ray task options passed to every attempt.
 
@@ -116,7 +116,7 @@ class TaskOptions:
     constraints: Constraints | None = None
     fallback_on: tuple[type[BaseException], ...] = ()
     max_attempts: int | None = None
-    path: str = "auto"
+    path: str = "orchestrated"
     pending_timeout_s: float | None = None
     ray: Mapping[str, Any] = field(default_factory=dict)
 

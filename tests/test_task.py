@@ -224,7 +224,7 @@ def test_native_path_uses_ray_label_fallback(cluster, tmp_path):
         ],
     })
 
-    @ladder_task(ladder)
+    @ladder_task(ladder, path="native")
     def f(x, *, rung):
         return x, rung.name
 
@@ -237,22 +237,15 @@ def test_native_path_uses_ray_label_fallback(cluster, tmp_path):
 
     assert last_rung(wait_until(on_h100, timeout_s=60, message="native call on h100")) == "h100"
     ready, release = tmp_path / "ready", tmp_path / "release"
-    # The blocker dies with its node below; max_retries=0 keeps Ray from re-running it.
-    hold.options(label_selector={"ladder.rung": "h100"}, max_retries=0).remote(
-        str(ready), str(release))
+    blocker = hold.options(label_selector={"ladder.rung": "h100"}).remote(str(ready),
+                                                                          str(release))
     wait_until(ready.exists, timeout_s=60, message="blocker holds h100")
-    only_h100 = ladder_task(ladder.model_copy(update={"rungs": ladder.rungs[:1]}),
-                            pending_timeout_s=2)(lambda *, rung: rung.name)
     try:
         ref = f.remote(2)  # busy primary: the raylet falls without a timeout
         assert ray.get(ref, timeout=60) == (2, "a100") and last_rung(ref) == "a100"
-        stuck = only_h100.remote()  # queued behind the blocker, then its node dies
-        cluster.remove_node(cluster.nodes("h100")[0])
-        with pytest.raises(ray.exceptions.TaskCancelledError):  # an answer, not a hang
-            ray.get(stuck, timeout=60)
     finally:
         release.touch()
-        ensure_h100(cluster)
+    assert ray.get(blocker) == "released"
     assert f.options(path="orchestrated").path == "orchestrated"
 
 

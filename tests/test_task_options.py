@@ -138,10 +138,12 @@ def test_native_path_only_when_rungs_differ_in_labels_alone():
     assert native_problem(LABELS, TaskOptions()) is None
     assert "different resources" in native_problem(LADDER, TaskOptions())
     assert "fallback_on" in native_problem(LABELS, TaskOptions(fallback_on=(MemoryError,)))
-    assert ladder_task(LABELS)(embed.__wrapped__).path == "native"
-    assert ladder_task(LADDER)(embed.__wrapped__).path == "orchestrated"
+    assert ladder_task(LABELS)(embed.__wrapped__).path == "orchestrated"  # the default
+    assert ladder_task(LABELS, path="native")(embed.__wrapped__).path == "native"
     with pytest.raises(ValueError, match="not possible"):
         ladder_task(LADDER, path="native")(embed.__wrapped__)
+    with pytest.raises(ValueError, match="not possible"):
+        ladder_task(LABELS, path="native")(embed.__wrapped__).options(fallback_on=MemoryError)
 
 
 def test_native_rung_is_the_best_rung_matching_the_node_labels():
