@@ -50,7 +50,7 @@ class Call:
     """One ``.remote()`` call travelling down the ladder."""
 
     __slots__ = ("args", "kwargs", "deps", "future", "task_id", "attempts", "submitted",
-                 "floor", "deadline", "lane", "batch", "rung")
+                 "floor", "deadline", "lane", "batch", "rung", "solo")
 
     def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any],
                  future: asyncio.Future[Any], task_id: str) -> None:
@@ -67,6 +67,7 @@ class Call:
         self.lane: Lane | None = None
         self.batch: Batch | None = None
         self.rung: str | None = None  # rung that produced the answer
+        self.solo = bool(refs)  # runs in an attempt of its own
 
     @property
     def done(self) -> bool:
@@ -261,6 +262,7 @@ class Lane:
         self.queue: deque[Call] = deque()
         self.batches: set[Batch] = set()
         self.timer: asyncio.TimerHandle | None = None
+        self.timer_for: Call | None = None
 
     def limit(self) -> int:
         return max(1, self.task.snapshot.rungs[self.rung].total)
@@ -285,13 +287,13 @@ class Lane:
         if first.done:
             return []
         ewma = self.task.ewma
-        if first.deps or ewma is None:
+        if first.solo or ewma is None:
             return [first]
         size = min(MAX_BATCH, max(1, int(TARGET_BATCH_S / max(ewma, 1e-6))))
         free = max(1, self.limit() - len(self.batches))
         size = min(size, math.ceil((len(q) + 1) / free))
         calls = [first]
-        while q and len(calls) < size and not q[0].deps:
+        while q and len(calls) < size and not q[0].solo:
             call = q.popleft()
             if not call.done:
                 calls.append(call)
@@ -313,12 +315,16 @@ class Lane:
         self.task.orch.spawn(self.drive(batch))
 
     def _arm(self) -> None:
+        """Time the queue head's pending deadline (kept when the head did not change)."""
+        head = self.queue[0] if self.queue else None
+        if head is self.timer_for and self.timer is not None:
+            return
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        if self.queue and not math.isinf(self.task.pending_timeout_s):
-            when = self.queue[0].deadline
-            self.timer = asyncio.get_running_loop().call_at(when, self._expire)
+        self.timer_for = head
+        if head is not None and not math.isinf(self.task.pending_timeout_s):
+            self.timer = asyncio.get_running_loop().call_at(head.deadline, self._expire)
 
     def _expire(self) -> None:
         """Queued calls past their pending deadline fall, when there is a rung to fall to."""
@@ -387,15 +393,8 @@ class Lane:
                 deadline = loop.time() + min(pt, task.probe_s)
             batch.node = await _value(first.result())
             batch.started = True
-            for i, call in enumerate(calls):  # noqa: B007 (i is read in the handler)
-                item = await _value(await gen.__anext__())
-                if type(item) is not CallFailed:
-                    task.succeed(call, rung, item)
-                elif isinstance(item.error.cause, task.fallback_on):
-                    cause = item.error.cause
-                    task.retry(call, rung, f"{type(cause).__name__}: {cause}", fall=True)
-                else:
-                    task.fail(call, item.error, rung)
+            item = await _value(await gen.__anext__())
+            self._answer(calls, [item] if len(calls) == 1 else item)
             i = len(calls)
             done = await _value(await gen.__anext__())
             task.observe_duration(done.seconds / len(calls))
@@ -408,6 +407,17 @@ class Lane:
         finally:
             self.batches.discard(batch)
             self.pump()
+
+    def _answer(self, calls: list[Call], items: list[Any]) -> None:
+        task, rung = self.task, self.rung
+        for call, item in zip(calls, items, strict=False):
+            if type(item) is not CallFailed:
+                task.succeed(call, rung, item)
+            elif isinstance(item.error.cause, task.fallback_on):
+                cause = item.error.cause
+                task.retry(call, rung, f"{type(cause).__name__}: {cause}", fall=True)
+            else:
+                task.fail(call, item.error, rung)
 
     def _failed(self, batch: Batch, rest: list[Call], err: Exception) -> None:
         task, rung = self.task, self.rung
@@ -435,12 +445,15 @@ class Lane:
             for call in rest:
                 task.retry(call, rung, f"{name}{where}", fall=False)
         elif isinstance(err, RayTaskError) and batch.started:
-            # The stream itself failed at this call (e.g. its value did not serialize);
-            # the calls after it never ran, so they go on without using up an attempt.
-            task.fail(rest[0], err, rung)
-            for call in rest[1:]:
-                call.submitted -= 1
-                task.dispatch(call)
+            # The stream itself failed (e.g. a value that does not serialize). One call:
+            # that is its answer. A batch: run each call alone to learn which one it was.
+            if len(batch.calls) == 1:
+                task.fail(rest[0], err, rung)
+            else:
+                for call in rest:
+                    call.submitted -= 1
+                    call.solo = True
+                    task.dispatch(call)
         else:
             for call in rest:
                 task.fail(call, err, rung)

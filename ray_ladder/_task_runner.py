@@ -26,12 +26,12 @@ def make_batch_runner(fn: Callable[..., Any], fn_name: str,
     """A streaming generator that runs a batch of calls of ``fn`` on one rung.
 
     It yields the node id first (the *started* marker: the attempt was scheduled), then
-    one item per call, in order: the function's value itself (so plain values take Ray's
-    fast serialization path) or a :class:`CallFailed`; each call completes as soon as it
-    is done and a node death loses only the calls not yet yielded. A last
-    :class:`BatchDone` carries the time spent in the function. Arguments arrive
-    flattened as top-level task arguments so Ray resolves every ``ObjectRef`` argument
-    before the attempt is scheduled, as for a plain task.
+    the answer: the function's value itself (plain values take Ray's fast serialization
+    path) or a :class:`CallFailed`; for a batch of several tiny calls, one list of those
+    (one report to the orchestrator instead of one per call). A last :class:`BatchDone`
+    carries the time spent in the function. Arguments arrive flattened as top-level
+    task arguments so Ray resolves every ``ObjectRef`` argument before the attempt is
+    scheduled, as for a plain task.
     """
 
     def ladder_attempt(rung: str, layout: Layout, *flat: Any) -> Iterator[Any]:
@@ -39,6 +39,8 @@ def make_batch_runner(fn: Callable[..., Any], fn_name: str,
 
         yield ray.get_runtime_context().get_node_id()
         ctx = contexts[rung]
+        single = len(layout) == 1
+        batch: list[Any] = []
         pos = 0
         busy = 0.0
         for n_args, names in layout:
@@ -48,13 +50,16 @@ def make_batch_runner(fn: Callable[..., Any], fn_name: str,
             pos += len(names)
             start = time.perf_counter()
             try:
-                value = fn(*args, rung=ctx, **kwargs)
+                result = fn(*args, rung=ctx, **kwargs)
             except Exception as err:  # the caller decides: fall a rung or raise it
-                busy += time.perf_counter() - start
-                yield CallFailed(task_error(fn_name, err))
+                result = CallFailed(task_error(fn_name, err))
+            busy += time.perf_counter() - start
+            if single:
+                yield result
             else:
-                busy += time.perf_counter() - start
-                yield value
+                batch.append(result)
+        if not single:
+            yield batch
         yield BatchDone(busy)
 
     return ladder_attempt

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -267,3 +268,31 @@ def test_batch_embedding_example_runs_on_the_ladder(cluster):
         sims = vectors @ vectors.T
         assert abs(sims.max(axis=1) - sims.diagonal()).max() < 1e-5
         assert abs(sims.diagonal() - 1).max() < 1e-5
+
+
+def test_batched_tiny_calls_keep_each_answer_to_its_own_call(cluster):
+    from ray_ladder._orchestrator import get_orchestrator
+
+    @ladder_task(LADDER)
+    def tiny(i, *, rung):
+        if i == 57:
+            return threading.Lock()  # a value Ray cannot serialize
+        if i == 99:
+            raise KeyError(i)
+        return i
+
+    ray.get(tiny.remote(0))  # the lane learns these calls are tiny
+    before = ray.get(get_orchestrator().status.remote())["stats"]["attempts"]
+    refs = [tiny.remote(i) for i in range(300)]
+    ray.wait(refs, num_returns=len(refs), timeout=120)
+    attempts = ray.get(get_orchestrator().status.remote())["stats"]["attempts"] - before
+    assert attempts < 300  # tiny calls shared attempts
+    for i, ref in enumerate(refs):
+        if i == 57:
+            with pytest.raises(Exception, match="(?i)lock|serializ|pickle"):
+                ray.get(ref)
+        elif i == 99:
+            with pytest.raises(KeyError):
+                ray.get(ref)
+        else:
+            assert ray.get(ref) == i
