@@ -15,7 +15,8 @@ from typing import Any
 import ray
 from ray import cloudpickle
 
-from ray_ladder._task_lanes import Call, TaskState
+from ray_ladder._task_calls import Call
+from ray_ladder._task_state import TaskState
 from ray_ladder.capacity import ray_node_states
 from ray_ladder.events import TransitionEvent
 from ray_ladder.placement import NodeState

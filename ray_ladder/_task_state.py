@@ -1,0 +1,183 @@
+"""Routing state of one ``@ladder_task`` option set: selector, capacity, lanes, retries."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import ray
+
+from ray_ladder._task_calls import Call
+from ray_ladder._task_lanes import Lane
+from ray_ladder._task_runner import make_batch_runner
+from ray_ladder.capacity import CapacityView
+from ray_ladder.context import RungContext
+from ray_ladder.events import Direction, TransitionEvent
+from ray_ladder.exceptions import Attempt, LadderExhaustedError
+from ray_ladder.selector import Selector
+from ray_ladder.task_options import TaskSpec, attempt_options, effective_ladder
+
+if TYPE_CHECKING:
+    from ray_ladder._orchestrator import LadderOrchestrator
+
+EWMA_ALPHA = 0.2
+
+
+class TaskState:
+    """Routing state of one registered ladder task (one option set).
+
+    The rung of each call comes from the shared :class:`Selector`, observed once per
+    capacity refresh and again on every failure it sees; a call that already fell from
+    a rung (pending timeout, a ``fallback_on`` error) asks a throwaway selector for the
+    best obtainable rung below it, so there is still one decision rule.
+    """
+
+    def __init__(self, orch: LadderOrchestrator, key: str, spec: TaskSpec) -> None:
+        self.orch = orch
+        self.key = key
+        self.family = spec.family
+        self.name = spec.name
+        opts = spec.options
+        self.ladder = effective_ladder(spec.ladder, opts.ray)
+        self.constraints = opts.constraints
+        self.fallback_on = opts.fallback_on
+        self.pending_timeout_s = opts.pending_timeout(spec.ladder)
+        self.max_attempts = opts.attempts_allowed(spec.ladder)
+        self.probe_s = self.ladder.policy.probe_interval_s
+        self.index = {r.name: i for i, r in enumerate(self.ladder.rungs)}
+        self.selector = Selector(self.ladder, self.constraints, on_event=self._on_event)
+        self.view = CapacityView(self.ladder, refresh_interval_s=self.probe_s,
+                                 source=orch.nodes.nodes)
+        eligible = [r for r in self.ladder.eligible(self.constraints) if r.is_compute]
+        contexts = {r.name: RungContext.of(self.ladder, r.name) for r in eligible}
+        runner = ray.remote(make_batch_runner(spec.fn, spec.name, contexts))
+        self.runners = {r.name: runner.options(num_returns="streaming",
+                                               **attempt_options(r, opts.ray, spec.name))
+                        for r in eligible}
+        self.lanes = {r.name: Lane(self, r.name) for r in eligible}
+        self.congested: dict[str, float] = {}  # rung -> when an attempt timed out pending
+        self.obtainable: dict[str, bool] = {}
+        self.ewma: float | None = None
+        self.snapshot: Any = None
+        self._seen_version = -1
+        self.refresh(force=True)
+
+    # --- capacity and decisions ----------------------------------------------------------
+
+    def _on_event(self, event: TransitionEvent) -> None:
+        self.orch.emit(self, event)
+
+    def refresh(self, force: bool = False) -> None:
+        """Observe capacity once per node refresh (and on each failure, with ``force``)."""
+        nodes = self.orch.nodes
+        if not force and self._seen_version == nodes.version:
+            return
+        self._seen_version = nodes.version
+        snap = self.snapshot = self.view.refresh()
+        for rung, since in list(self.congested.items()):
+            if nodes.refreshed_at > since and snap.rungs[rung].available > 0:
+                del self.congested[rung]
+        self.obtainable = {n: ok and n not in self.congested
+                           for n, ok in snap.obtainable.items()}
+        self.selector.observe(self.obtainable, now=time.time())
+
+    def tick(self) -> None:
+        """After a node refresh: observe, then move work off rungs that are gone."""
+        self.refresh(force=True)
+        for lane in self.lanes.values():
+            if self.obtainable.get(lane.rung):
+                lane.pump()
+            else:
+                lane.evacuate(f"{lane.rung} became unobtainable")
+
+    def lower_obtainable(self, rung: str) -> bool:
+        """Whether an eligible compute rung below ``rung`` is obtainable now."""
+        i = self.index[rung]
+        return any(self.obtainable.get(n) and self.index[n] > i for n in self.lanes)
+
+    def route(self, call: Call) -> str | None:
+        """The rung for ``call`` now, or ``None`` when no eligible rung is obtainable."""
+        self.refresh()
+        current = self.selector.current
+        if current in self.lanes and call.floor <= self.index[current]:
+            return current
+        if current not in self.lanes:
+            return None
+        start = max(call.floor, self.index[current])
+        mask = {n: ok and self.index[n] >= start for n, ok in self.obtainable.items()}
+        pick = Selector(self.ladder, self.constraints).observe(mask, now=0.0).rung
+        return pick if pick in self.lanes else None
+
+    def state_of(self, rung: str) -> str:
+        """Why ``rung`` is or is not obtainable, for attempt records."""
+        if rung in self.congested:
+            return "busy: an attempt waited past pending_timeout_s"
+        if not self.obtainable.get(rung):
+            return "absent: no alive node can host it"
+        return f"{self.snapshot.rungs[rung].state}, but above where this call could go"
+
+    # --- calls ---------------------------------------------------------------------------
+
+    def dispatch(self, call: Call, came_from: str | None = None, reason: str = "") -> None:
+        """Send ``call`` to the lane of its rung, or fail it with LadderExhaustedError."""
+        if call.done:
+            return
+        if call.submitted >= self.max_attempts:
+            self.exhaust(call, f"max_attempts ({self.max_attempts}) reached")
+            return
+        rung = self.route(call)
+        if rung is None:
+            self.exhaust(call, "no eligible rung obtainable")
+            return
+        if came_from is not None:
+            a, b = self.index[came_from], self.index[rung]
+            direction: Direction | None = "down" if b > a else "up" if b < a else None
+            self.orch.emit(self, TransitionEvent(time.time(), self.ladder.name, came_from,
+                                                 rung, direction, f"call: {reason}",
+                                                 kind="call"))
+        self.lanes[rung].enqueue(call)
+
+    def retry(self, call: Call, rung: str, reason: str, *, fall: bool) -> None:
+        """Record a failed attempt on ``rung`` and send the call on (one rung down if fall)."""
+        if call.done:
+            return
+        call.attempts.append(Attempt(rung, reason, time.time()))
+        if fall:
+            call.floor = max(call.floor, self.index[rung] + 1)
+        self.dispatch(call, came_from=rung, reason=reason)
+
+    def exhaust(self, call: Call, reason: str) -> None:
+        attempts = list(call.attempts)
+        tried = {a.rung for a in attempts}
+        now = time.time()
+        for name in self.lanes:
+            if name not in tried:
+                attempts.append(Attempt(name, f"not used ({self.state_of(name)})", now))
+        attempts.append(Attempt(None, reason, now))
+        call.attempts = attempts
+        self.fail(call, LadderExhaustedError(self.ladder.name, attempts,
+                                             self.ladder.policy.retry_after_s))
+
+    def succeed(self, call: Call, rung: str, value: Any) -> None:
+        if not call.done:
+            call.rung = rung
+            call.future.set_result(value)
+
+    def fail(self, call: Call, err: BaseException, rung: str | None = None) -> None:
+        if not call.done:
+            call.rung = rung
+            call.future.set_exception(err)
+
+    def cancel(self, call: Call) -> None:
+        """The caller cancelled: drop the call; stop its attempt if it runs alone."""
+        lane, batch = call.lane, call.batch
+        if lane is not None and call in lane.queue:
+            lane.queue.remove(call)
+        if batch is not None and batch.cancel_reason is None \
+                and all(c.done for c in batch.calls):
+            # Ray's soft cancel does not interrupt a running streaming task: force it.
+            batch.cancel("cancelled by the caller")
+
+    def observe_duration(self, seconds: float) -> None:
+        e = self.ewma
+        self.ewma = seconds if e is None else e + EWMA_ALPHA * (seconds - e)
