@@ -113,19 +113,20 @@ def embed(chunk_id: int, texts: list[str], *, rung) -> dict[str, Any]:
             "vectors": vectors}
 
 
-def run_job(docs: list[str], chunk_size: int = 64, on_submitted=None) -> dict[str, Any]:
+def run_job(docs: list[str], chunk_size: int = 16, on_progress=None) -> dict[str, Any]:
     """Embed ``docs`` in chunks; return vectors per chunk and a per-rung summary.
 
-    ``on_submitted(i)`` is called after chunk ``i`` is submitted (the demo kills a node
-    there). Results are gathered in submission order; none is lost when a node dies.
+    ``on_progress(done, total)`` is called each time a chunk finishes (the demo kills
+    and re-adds a node there). None is lost when a node dies under a chunk.
     """
     start = time.monotonic()
     chunks = [docs[i:i + chunk_size] for i in range(0, len(docs), chunk_size)]
-    refs = []
-    for i, chunk in enumerate(chunks):
-        refs.append(embed.remote(i, chunk))
-        if on_submitted is not None:
-            on_submitted(i)
+    refs = [embed.remote(i, chunk) for i, chunk in enumerate(chunks)]
+    pending = list(refs)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        if on_progress is not None:
+            on_progress(len(refs) - len(pending), len(refs))
     results = ray.get(refs)
     assert [r["chunk"] for r in results] == list(range(len(chunks)))
     per_rung = Counter(r["rung"] for r in results)
@@ -146,25 +147,23 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preempt", action="store_true",
-                        help="SIGKILL the h100 node a third of the way in, re-add it later")
-    parser.add_argument("--chunk-size", type=int, default=64)
+                        help="SIGKILL the h100 node a quarter of the way in, re-add it at "
+                             "the end and re-embed the chunks done on lower rungs")
+    parser.add_argument("--chunk-size", type=int, default=16)
     args = parser.parse_args()
 
     docs = load_corpus()
     nodes = {name: {"num_cpus": 1, "resources": {f"ladder/{name}": 1}}
              for name in ("h100", "a100")}
     with LocalCluster(nodes) as cluster:
-        n_chunks = -(-len(docs) // args.chunk_size)
 
-        def chaos(i: int) -> None:
-            if not args.preempt:
-                return
-            if i == n_chunks // 3:
+        def chaos(done: int, total: int) -> None:
+            if args.preempt and done == total // 4:
                 cluster.remove_node(cluster.nodes("h100")[0])  # a preemption
-            if i == 2 * n_chunks // 3:
+            if args.preempt and done == total - 1 and not cluster.nodes("h100"):
                 cluster.add_node("h100")  # capacity returns
 
-        report = run_job(docs, args.chunk_size, on_submitted=chaos)
+        report = run_job(docs, args.chunk_size, on_progress=chaos)
         results = report.pop("results")
         # Re-embed the quality debt once the top rung is back: same job, same ladder.
         debt = [r["chunk"] for r in results if r["quality"] < 1.0]
