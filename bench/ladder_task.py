@@ -93,12 +93,16 @@ def plain_sleepy(i, seconds):
     return i
 
 
-@ray.remote(num_cpus=1, label_selector={"ladder.rung": "h100"})
-class Blocker:
-    """Holds the h100 node's CPU (and with hold_resource, its ladder/h100 slot)."""
+@ray.remote(num_cpus=1, resources={"ladder/h100": 1}, max_retries=0)
+def hold_h100(ready: str, release: str) -> None:
+    """Hold the h100 node (its CPU and ladder/h100 slot) until ``release`` exists.
 
-    def ping(self):
-        return "ok"
+    A task, not an actor: it reuses a pooled worker instead of starting a process.
+    """
+    Path(ready).touch()
+    deadline = time.monotonic() + 120
+    while not Path(release).exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def rate(submit) -> float:
@@ -175,16 +179,24 @@ def infeasible(cluster: LocalCluster) -> dict[str, float]:
 
 
 def blocked(task):
-    """Start ``task`` while an actor holds the h100 node (feasible, never free)."""
-    blocker = Blocker.options(resources={"ladder/h100": 1}).remote()
-    ray.get(blocker.ping.remote())
-    try:
-        return start_delay(task)
-    finally:
-        ray.kill(blocker)
-        # Back on h100 (the busy mark clears once h100 shows a free slot again).
-        wait_until(lambda: ray.get(task.remote())[1] == "h100", timeout_s=60,
-                   message="back on h100 after the blocker left")
+    """Start ``task`` while a plain task holds the h100 node (feasible, never free)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ready, release = Path(tmp) / "ready", Path(tmp) / "release"
+        blocker = hold_h100.remote(str(ready), str(release))
+        wait_until(ready.exists, timeout_s=60, message="blocker holds h100")
+        try:
+            return start_delay(task)
+        finally:
+            release.touch()
+            ray.get(blocker)
+            _back_on_h100(task)
+
+
+def _back_on_h100(task) -> None:
+    """Wait until ``task`` lands on h100 again."""
+    # The busy mark clears once h100 shows a free slot again.
+    wait_until(lambda: ray.get(task.remote())[1] == "h100", timeout_s=60,
+               message="back on h100 after the blocker left")
 
 
 def pending() -> dict[str, float]:

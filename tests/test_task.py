@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import logging
 import sys
 import threading
 import time
@@ -215,7 +217,7 @@ def test_two_hundred_tasks_survive_kill_and_return_of_top_node(cluster):
     assert [last_rung(r) for r in refs[-5:]] == rungs[-5:]
 
 
-def test_native_path_uses_ray_label_fallback(cluster, tmp_path):
+def test_native_path_uses_ray_label_fallback(cluster, tmp_path, caplog):
     ladder = Ladder.from_dict({
         "name": "native",
         "policy": {"probe_interval_s": 0.2},
@@ -236,7 +238,13 @@ def test_native_path_uses_ray_label_fallback(cluster, tmp_path):
         ref = f.remote(1)
         return ref if ray.get(ref) == (1, "h100") else None
 
-    assert last_rung(wait_until(on_h100, timeout_s=60, message="native call on h100")) == "h100"
+    with caplog.at_level(logging.INFO, logger="ray_ladder.events"):
+        first = wait_until(on_h100, timeout_s=60, message="native call on h100")
+    assert last_rung(first) == "h100"
+    logged = [json.loads(r.getMessage()) for r in caplog.records
+              if r.name == "ray_ladder.events"]
+    assert {"task", "from", "to", "direction", "reason", "kind"} <= set(logged[0])
+    assert [e.to_rung for e in f.events()][:1] == ["h100"]
     ready, release = tmp_path / "ready", tmp_path / "release"
     blocker = hold.options(label_selector={"ladder.rung": "h100"}).remote(str(ready),
                                                                           str(release))
