@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import math
 import re
 from typing import TYPE_CHECKING, Any
@@ -80,7 +81,8 @@ class Batch:
     def cancel(self, reason: str, *, fall: bool = False) -> None:
         self.cancel_reason = reason
         self.fall = fall
-        ray.cancel(self.gen, force=True)
+        # Outside any caller's context: from a cancelled actor call Ray ignores it.
+        contextvars.Context().run(ray.cancel, self.gen, force=True)
 
 
 async def value_of(ref: ray.ObjectRef) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import math
 import time
 from collections import deque
@@ -75,6 +76,12 @@ class Lane:
         return calls
 
     def _submit(self, calls: list[Call]) -> None:
+        # Submit (and follow) the attempt outside the context of the actor call that
+        # happened to trigger it: the attempt serves every call of its batch, so it must
+        # not be that call's child task, which Ray would cancel along with that call.
+        contextvars.Context().run(self._submit_now, calls)
+
+    def _submit_now(self, calls: list[Call]) -> None:
         layout: list[tuple[int, tuple[str, ...]]] = []
         flat: list[Any] = []
         for call in calls:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
@@ -292,6 +293,7 @@ def test_batched_tiny_calls_keep_each_answer_to_its_own_call(cluster):
     ray.get(tiny.remote(0))  # the lane learns these calls are tiny
     before = ray.get(get_orchestrator().status.remote())["stats"]["attempts"]
     refs = [tiny.remote(i) for i in range(300)]
+    ray.cancel(refs[150])  # cancelling one call leaves the others of its batch alone
     ray.wait(refs, num_returns=len(refs), timeout=120)
     attempts = ray.get(get_orchestrator().status.remote())["stats"]["attempts"] - before
     assert attempts < 300  # tiny calls shared attempts
@@ -302,5 +304,33 @@ def test_batched_tiny_calls_keep_each_answer_to_its_own_call(cluster):
         elif i == 99:
             with pytest.raises(KeyError):
                 ray.get(ref)
+        elif i == 150:
+            # The cancel may come after the call finished.
+            with contextlib.suppress(ray.exceptions.TaskCancelledError):
+                assert ray.get(ref) == i
         else:
             assert ray.get(ref) == i
+
+
+def test_cancel_stops_the_attempt_and_frees_the_rung(cluster, tmp_path):
+    marker = tmp_path / "started"
+    ref = work.remote(1, 60.0, str(marker))
+    wait_until(marker.exists, timeout_s=60, message="task started on h100")
+    ray.cancel(ref)
+    with pytest.raises(ray.exceptions.TaskCancelledError):
+        ray.get(ref, timeout=60)
+    start = time.monotonic()
+    assert ray.get(where.remote(0), timeout=60)[1] == "h100"  # the slot is free again
+    assert time.monotonic() - start < 20
+
+
+def test_pending_clock_starts_when_arguments_are_ready(cluster):
+    @ray.remote(num_cpus=0)
+    def slow_input():
+        time.sleep(3)
+        return 21
+
+    # The argument takes longer than pending_timeout_s; the call must not fall for it.
+    ref = work.options(pending_timeout_s=1).remote(slow_input.remote())
+    assert ray.get(ref, timeout=60) == (42, "h100")
+    assert call_info(ref)["attempts"] == []
