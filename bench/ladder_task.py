@@ -204,6 +204,7 @@ def pending() -> dict[str, float]:
     blocked(task)  # warms the a100 workers of this path first
     waited, rung = blocked(task)
     assert rung == "a100", rung
+    blocked(started_native)  # and those of the native path
     native_wait, native_rung = blocked(started_native)
     assert native_rung == "a100", native_rung
     return {
