@@ -76,8 +76,8 @@ def _rung_checks(path: str, node: NodeResources) -> dict[str, dict[str, Any]]:
     return checks
 
 
-def _gpustat_text() -> str | None:
-    """gpustat's own one-screen view of the real GPUs, when it can query them."""
+def _gpustat_text() -> tuple[str | None, str | None]:
+    """gpustat's own one-screen view of the real GPUs, or why it could not be had."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
@@ -85,9 +85,9 @@ def _gpustat_text() -> str | None:
 
             out = io.StringIO()
             gpustat.new_query().print_formatted(fp=out, no_color=True)
-    except Exception:  # no gpustat, no driver: the table above already says enough
-        return None
-    return out.getvalue().rstrip() or None
+    except Exception as err:  # gpustat is a convenience view: the tables above stand
+        return None, f"{type(err).__name__}: {err}"
+    return out.getvalue().rstrip() or None, None
 
 
 def _print_table(detection: Detection, node: NodeResources,
@@ -121,9 +121,13 @@ def _print_table(detection: Detection, node: NodeResources,
             rungs.add_row(name, "yes" if check["hostable"] else "no",
                           "; ".join(check["missing"]))
         console.print(rungs)
-    view = _gpustat_text() if real else None
+    if not (real and detection.gpus):
+        return
+    view, why = _gpustat_text()
     if view:
         console.print("gpustat:\n" + view, soft_wrap=True, markup=False)
+    else:
+        click.echo(f"note: gpustat view unavailable ({why})", err=True)
 
 
 @click.command(name="node-resources")
