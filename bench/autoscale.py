@@ -212,4 +212,7 @@ def main() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(), indent=2))
+    from _json_out import json_stdout
+
+    out = json_stdout()
+    print(json.dumps(main(), indent=2), file=out)

@@ -277,4 +277,7 @@ def main() -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main()))
+    from _json_out import json_stdout
+
+    out = json_stdout()
+    print(json.dumps(main()), file=out)

@@ -225,8 +225,11 @@ def main() -> None:
                     "bench_wall_s": round(time.perf_counter() - started, 1),
                     "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)},
     }
-    print(json.dumps(out))
+    print(json.dumps(out), file=JSON_OUT)
 
 
 if __name__ == "__main__":
+    from _json_out import json_stdout
+
+    JSON_OUT = json_stdout()
     main()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Mapping
@@ -113,6 +114,8 @@ class LocalCluster:
         connect: Call ``ray.init(address=...)`` so this process is the driver.
         system_config: Extra ``_system_config`` for the head (merged over fast checks).
         namespace: Ray namespace for the driver.
+        log_to_driver: Print the workers' logs in the driver (``ray.init``'s option); bench
+            scripts turn it off so stdout carries their JSON alone.
 
     Example:
         >>> with LocalCluster({"h100": {"resources": {"ladder/h100": 1}}}) as cluster:
@@ -130,6 +133,7 @@ class LocalCluster:
         connect: bool = True,
         system_config: Mapping[str, Any] | None = None,
         namespace: str | None = None,
+        log_to_driver: bool = True,
     ) -> None:
         self.node_types = {name: NodeType.coerce(t) for name, t in node_types.items()}
         if HEAD_TYPE in self.node_types:
@@ -144,6 +148,7 @@ class LocalCluster:
         self.connect = connect
         self.system_config = {**FAST_HEALTH_CHECKS, **(system_config or {})}
         self.namespace = namespace
+        self.log_to_driver = log_to_driver
         self._cluster: Any = None
         self._nodes: list[NodeHandle] = []
         self.head: NodeHandle | None = None
@@ -203,7 +208,8 @@ class LocalCluster:
                 import ray
 
                 ray.init(address=self.address, namespace=self.namespace,
-                         logging_level=logging.WARNING, log_to_driver=True)
+                         logging_level=logging.WARNING,
+                         log_to_driver=self.log_to_driver)
         except BaseException:
             self.shutdown()
             raise
@@ -261,6 +267,8 @@ class LocalCluster:
             raise ValueError("the head node cannot be removed (the driver is connected to it)")
         if not handle.alive:
             raise ValueError(f"node {handle.node_id[:8]} ({handle.type}) is already removed")
+        if not graceful:
+            _sigkill_node(handle._node)
         self._cluster.remove_node(handle._node, allow_graceful=graceful)
         handle.alive = False
         self._nodes.remove(handle)
@@ -268,6 +276,33 @@ class LocalCluster:
     def nodes(self, type: str | None = None) -> list[NodeHandle]:
         """Alive worker nodes started here, optionally of one type."""
         return [h for h in self._nodes if type is None or h.type == type]
+
+
+def _sigkill_node(node: Any) -> None:
+    """SIGKILL a node's raylet and every process under it (its workers) at once.
+
+    A preempted VM loses all its processes in the same instant. ``Cluster.remove_node``
+    kills the raylet and the node's agents one by one and leaves the workers to notice
+    their raylet's death, so an actor there kept answering for about a second after
+    "the node died"; killing the whole process tree first makes the preemption real.
+    """
+    import signal
+
+    import psutil  # a dependency of Ray
+    from ray._private import ray_constants
+
+    procs: list[Any] = []
+    for info in node.all_processes.get(ray_constants.PROCESS_TYPE_RAYLET, []):
+        try:
+            raylet = psutil.Process(info.process.pid)
+            procs += [raylet, *raylet.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.send_signal(signal.SIGKILL)
+    # No wait here: the workers are not our children, so they stay zombies until init
+    # reaps them; Cluster.remove_node reaps the raylet, and the workers are gone already.
 
 
 def wait_until(condition: Any, timeout_s: float = 30.0, interval_s: float = 0.05,

@@ -184,6 +184,30 @@ def test_obtainable_needs_capacity_and_a_running_replica_unless_cold():
     assert state.obtainable(1) == {"h100": False, "a100": True, "l4": False}
 
 
+def test_replica_counts_are_reread_only_when_they_can_change_the_choice():
+    state = _state()
+    assert state.needs_replica_counts(ALL_UP, now=0)  # never read yet
+    state.observe({"h100": 0, "a100": 1, "l4": 0}, ALL_UP, now=0)
+    # h100 keeps a standby replica that is not running yet: read again at every probe.
+    assert state.needs_replica_counts(ALL_UP, now=0.5)
+    state.observe({"h100": 1, "a100": 1, "l4": 0}, ALL_UP, now=0.5)
+    # Steady: every standby runs, capacity unchanged -> skip until the counts are old.
+    assert not state.needs_replica_counts(ALL_UP, now=1.0)
+    assert state.needs_replica_counts(ALL_UP, now=0.5 + state.replica_counts_max_age_s)
+    # A node that leaves (or joins) makes the next probe read them.
+    assert state.needs_replica_counts({**ALL_UP, "h100": False}, now=1.0)
+    # Kept counts still decide: a skipped read leaves the ladder where it was.
+    assert state.observe(None, ALL_UP, now=1.0).rung == "h100"
+
+
+def test_an_answer_since_the_last_probe_proves_a_replica_runs():
+    state = _state()
+    state.observe({"h100": 0, "a100": 1, "l4": 0}, ALL_UP, now=0)
+    assert state.obtainable(0)["h100"] is False
+    state.observe(None, ALL_UP, now=0.5, alive=["h100"])
+    assert state.obtainable(0.5)["h100"] is True and state.is_warm("h100")
+
+
 def test_failure_falls_at_once_and_cooldown_then_hysteresis_climb_back():
     events = []
     state = _state(cooldown=1.0, on_event=events.append)
@@ -375,6 +399,7 @@ def test_metrics_count_requests_transitions_and_log_alerts(caplog):
     with caplog.at_level(logging.INFO, logger="ray_ladder"):
         metrics.event(TransitionEvent(9.0, "unit", "a100", "a100", None, "degraded for 9s",
                                       kind="alert"))
+    metrics.flush()  # without Ray metrics: a no-op that must not lose the counts
     snap = metrics.snapshot()
     assert snap["requests"] == {"h100": 2}
     assert snap["transitions"] == {"down": 1} and snap["alerts"] == 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ray_ladder.constraints import Constraints
@@ -49,6 +49,8 @@ class RouterState:
         on_event: Called with each event of the unconstrained selector.
         max_selectors: Most constrained selectors kept.
         max_events: Recent events kept for :meth:`snapshot`.
+        replica_counts_max_age_s: Re-read RUNNING replica counts at least this often
+            (see :meth:`needs_replica_counts`).
 
     Example:
         >>> state = RouterState(ladder, down_cooldown_s=2.0)  # doctest: +SKIP
@@ -64,6 +66,7 @@ class RouterState:
         on_event: Callable[[TransitionEvent], None] | None = None,
         max_selectors: int = 256,
         max_events: int = 100,
+        replica_counts_max_age_s: float = 5.0,
     ) -> None:
         if down_cooldown_s <= 0:
             raise ValueError(f"down_cooldown_s must be > 0, got {down_cooldown_s}")
@@ -74,6 +77,8 @@ class RouterState:
         self._compute = [r.name for r in ladder.rungs if r.is_compute]
         self._is_compute = {r.name: r.is_compute for r in ladder.rungs}
         self._running: dict[str, int] = {}
+        self._running_at: float | None = None
+        self.replica_counts_max_age_s = replica_counts_max_age_s
         self._placeable: dict[str, bool] = {}
         self._down: dict[str, tuple[float, str]] = {}
         self._obtainable: dict[str, bool] = {}
@@ -116,13 +121,39 @@ class RouterState:
             self._decisions[key] = selector.observe(self._obtainable, now)
         return self._decisions[_DEFAULT_KEY]
 
-    def observe(self, running: Mapping[str, int], placeable: Mapping[str, bool],
-                now: float) -> Decision:
+    def needs_replica_counts(self, placeable: Mapping[str, bool], now: float) -> bool:
+        """Whether the next probe must re-read RUNNING replica counts.
+
+        Reading them (``serve.status()``) is the probe's dearest part, so a probe skips
+        it while nothing can change the choice: every compute rung an alive node can host
+        and that keeps standby replicas already has one running, capacity is what it was
+        at the last probe, and the last read is younger than ``replica_counts_max_age_s``.
+        A node that joins or leaves, or a standby replica still starting (the climb back
+        waits for it) makes every probe read them again.
+        """
+        if self._running_at is None or now - self._running_at >= self.replica_counts_max_age_s:
+            return True
+        if dict(placeable) != self._placeable:
+            return True
+        return any(placeable.get(n, False) and self._standby[n] > 0
+                   and self._running.get(n, 0) == 0 for n in self._compute)
+
+    def observe(self, running: Mapping[str, int] | None, placeable: Mapping[str, bool],
+                now: float, alive: Iterable[str] = ()) -> Decision:
         """Feed one probe: RUNNING replicas per rung and capacity per rung.
+
+        ``running=None`` keeps the last counts (see :meth:`needs_replica_counts`).
+        ``alive`` names rungs whose replicas answered the router since the last probe:
+        such a rung has a running replica whatever the last count said.
 
         Returns the unconstrained selector's decision.
         """
-        self._running = dict(running)
+        if running is not None:
+            self._running = dict(running)
+            self._running_at = now
+        for name in alive:
+            if self._running.get(name, 0) == 0:
+                self._running[name] = 1
         self._placeable = dict(placeable)
         for name in [n for n, (until, _) in self._down.items() if until <= now]:
             del self._down[name]

@@ -39,6 +39,7 @@ class LadderMetrics:
             "requests": Counter(), "transitions": Counter(), "alerts": 0,
             "current_rung": -1, "degraded_seconds": 0.0,
         }
+        self._exported: Counter[str] = Counter()
         self._requests = self._current = self._transitions = None
         self._degraded = self._alerts = None
         if enabled:
@@ -63,13 +64,23 @@ class LadderMetrics:
             self._degraded.set(0.0, tags=self._tags)
 
     def request(self, rung: str) -> None:
-        """One answer (or 503) from ``rung``."""
+        """One answer (or 503) from ``rung`` (exported at the next :meth:`decision`)."""
         self.counts["requests"][rung] += 1
-        if self._requests is not None:
-            self._requests.inc(1, tags={"ladder": self.ladder.name, "rung": rung})
+
+    def flush(self) -> None:
+        """Export the request counts gathered since the last flush (one ``inc`` per rung
+        per probe instead of one per request: the router's hot path stays cheap)."""
+        if self._requests is None:
+            return
+        for rung, total in self.counts["requests"].items():
+            delta = total - self._exported.get(rung, 0)
+            if delta:
+                self._requests.inc(delta, tags={"ladder": self.ladder.name, "rung": rung})
+                self._exported[rung] = total
 
     def decision(self, decision: Decision) -> None:
-        """The unconstrained selector's decision after an observation."""
+        """The unconstrained selector's decision after an observation (also flushes)."""
+        self.flush()
         index = self.ladder.index(decision.rung) if decision.rung is not None else -1
         self.counts["current_rung"] = index
         self.counts["degraded_seconds"] = decision.degraded_s

@@ -115,11 +115,16 @@ class LadderRouter:
 
     async def _probe(self) -> None:
         started = time.monotonic()
-        running, snapshot = await asyncio.gather(asyncio.to_thread(self._read_running),
-                                                 asyncio.to_thread(self._view.refresh))
-        self._probe_s = time.monotonic() - started
+        snapshot = await asyncio.to_thread(self._view.refresh)
         now = time.time()
-        decision = self._state.observe(running, snapshot.obtainable, now)
+        running = None
+        if self._state.needs_replica_counts(snapshot.obtainable, now):
+            running = await asyncio.to_thread(self._read_running)
+            now = time.time()
+        interval = self.ladder.policy.probe_interval_s
+        alive = [r for r in self._deployments if self._caller.alive_within(r, interval)]
+        self._probe_s = time.monotonic() - started
+        decision = self._state.observe(running, snapshot.obtainable, now, alive)
         for rung in self._state.lost:
             logger.warning("rung %s lost: %s", rung, self._state.why_unobtainable(rung, now))
         self._caller.signal_lost(self._state.lost)
