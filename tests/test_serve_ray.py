@@ -96,11 +96,14 @@ def app():
         # l4 has no node: deploying must not wait for it.
         # Short graceful shutdowns keep the teardown quick once nodes were killed.
         quick = {"graceful_shutdown_timeout_s": 1.0}
+        options = dict.fromkeys(["h100", "a100", "l4"], quick)
+        # l4 keeps no standby: unused, it scales to zero after Serve's downscale delay
+        # (600 s by default; short here so the test can watch it).
+        options["l4"] = {**quick, "autoscaling_config": {"downscale_delay_s": 1.0}}
         handle = serve.run(build_app(LADDER, {"h100": Model, "a100": Model, "l4": Model},
                                      init_kwargs={"a100": {"greeting": "hallo"}},
-                                     max_body_bytes=MAX_BODY,
-                                     deployment_options=dict.fromkeys(["h100", "a100", "l4"],
-                                                                      quick)), name="it")
+                                     max_body_bytes=MAX_BODY, deployment_options=options),
+                           name="it")
         yield App(cluster, port, handle)
     finally:
         try:
@@ -117,6 +120,10 @@ def healthy(app):
     wait_until(lambda: app.state()["current"] == "h100"
                and app.rung_state("a100")["running_replicas"] >= 1,
                SLOW, 0.1, "ladder back on h100 with a warm a100")
+    # Each set of constraints has its own selector: eu requests climb back to a100 after
+    # their own hysteresis, which may end a probe or two after the unconstrained one.
+    wait_until(lambda: app.post({"warm": 1}, **{"X-Ladder-Jurisdiction": "eu"})
+               .headers["x-ladder-rung"] == "a100", SLOW, 0.1, "eu requests back on a100")
     return app
 
 
@@ -265,6 +272,40 @@ def test_climb_back_after_re_add_honors_the_hysteresis(app):
     assert up, "the climb is an 'up' event"
     streak = int(up[0]["reason"].split(" for ")[1].split()[0])
     assert streak >= LADDER.policy.promotion_hysteresis
+
+
+def _serve_running(deployment: str) -> int:
+    status = serve.status().applications["it"].deployments[deployment]
+    return sum(n for state, n in status.replica_states.items()
+               if getattr(state, "value", state) == "RUNNING")
+
+
+def test_cold_rung_takes_the_fall_and_scales_to_zero_once_unused(healthy):
+    app = healthy
+    app.ensure("l4")
+    try:
+        # l4 keeps no standby replica: obtainable as soon as a node can host it, cold.
+        wait_until(lambda: app.rung_state("l4")["obtainable"], SLOW, 0.1, "l4 placeable")
+        assert _serve_running("l4") == 0
+        with Load(app, rate=10) as load:
+            wait_until(lambda: load.answered_by("h100", 0), SLOW, 0.05, "load on h100")
+            killed_at = time.monotonic()
+            app.kill("h100")
+            app.kill("a100")
+            # Requests wait for l4's first replica to start instead of failing.
+            wait_until(lambda: sum(1 for r in list(load.results)
+                                   if r[2] == "l4" and r[0] > killed_at) >= 10,
+                       SLOW, 0.1, "answers from the cold l4 rung")
+        assert [r for r in load.results if r[1] != 200] == []
+        assert {r[2] for r in load.results if r[0] > killed_at} <= {"h100", "l4"}
+        assert _serve_running("l4") >= 1
+        # Capacity returns: the ladder climbs and the unused cold rung scales to zero.
+        app.ensure("h100")
+        wait_until(lambda: app.post({"back": 1}).headers["x-ladder-rung"] == "h100", SLOW,
+                   0.2, "answers from h100 again")
+        wait_until(lambda: _serve_running("l4") == 0, SLOW, 0.5, "l4 scaled to zero")
+    finally:
+        app.kill("l4")  # later tests expect no l4 node
 
 
 def test_cache_answers_when_every_compute_rung_is_gone_and_keeps_residency(healthy):
