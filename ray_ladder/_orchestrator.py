@@ -17,6 +17,7 @@ from ray import cloudpickle
 
 from ray_ladder._task_calls import Call
 from ray_ladder._task_state import TaskState
+from ray_ladder.autoscale.roles import HookRoles
 from ray_ladder.capacity import ray_node_states
 from ray_ladder.events import TransitionEvent
 from ray_ladder.placement import NodeState
@@ -38,6 +39,9 @@ class NodeCache:
 
     A node that just killed an attempt is *suspected*: it counts as dead at once,
     before the GCS's health checks confirm it, so the retry goes elsewhere.
+
+    It also reads the autoscaler hook's roles of every ladder a task follows, in the same
+    background refresh, so that the capacity views never call the GCS on the event loop.
     """
 
     def __init__(self, source: Callable[[], list[NodeState]] = ray_node_states) -> None:
@@ -46,9 +50,21 @@ class NodeCache:
         self._suspects: dict[str, float] = {}  # node id -> suspected until (monotonic)
         self.version = 0
         self.refreshed_at = 0.0
+        self._hook = HookRoles()
+        self._roles: dict[str, dict[str, Any] | None] = {}  # ladder name -> hook roles
+
+    def follow(self, ladder: str) -> None:
+        """Read the hook roles of ``ladder`` from the next refresh on."""
+        self._roles.setdefault(ladder, None)
+
+    def hook_roles(self, ladder: str) -> dict[str, Any] | None:
+        """The hook roles of ``ladder`` as of the last refresh (a CapacityView hook_source)."""
+        return self._roles.get(ladder)
 
     def refresh(self) -> None:
         nodes = self._source()
+        for ladder in list(self._roles):
+            self._roles[ladder] = self._hook.get(ladder)
         now = time.monotonic()
         dead = {n.node_id for n in nodes if not n.alive}
         self._suspects = {n: t for n, t in self._suspects.items() if t > now and n not in dead}

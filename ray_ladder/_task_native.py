@@ -69,21 +69,35 @@ class NativePath:
         # No background thread: the snapshot refreshes inline, at most once per
         # probe_interval_s, in the caller's thread. (A driver thread that touches Ray
         # while ray.shutdown() runs can end the whole process.)
-        self.view = CapacityView(self.ladder)
+        self.view = CapacityView(self.ladder, constraints=opts.constraints)
         self.selector = Selector(self.ladder, opts.constraints, on_event=self._on_event)
         self._seen: Any = None
         selectors = [(r.name, dict(r.label_selector)) for r in rungs]
         contexts = {r.name: RungContext.of(self.ladder, r.name) for r in rungs}
-        runner = ray.remote(make_native_runner(spec.fn, selectors, contexts))
+        self._runner = ray.remote(make_native_runner(spec.fn, selectors, contexts))
         base = attempt_options(rungs[0], opts.ray, spec.name)
         base.update(name=opts.ray.get("name") or f"{spec.name}[native]", num_returns=2,
                     max_retries=opts.attempts_allowed(spec.ladder) - 1,
                     retry_exceptions=False)
-        self.remotes = {}
+        self._base = base
+        self._eligible = rungs
+        self._held: Any = None  # the view's holds the remotes below were built for
+        self.remotes: dict[str, Any] = {}
+        self._build_remotes(frozenset())
+
+    def _build_remotes(self, held: frozenset[str]) -> None:
+        """One remote per rung: its label selector first, then Ray's fallback to the
+        rungs below, minus held ones (a node the autoscaler hook released takes no new
+        work, not even through Ray's fallback)."""
+        if held == self._held:
+            return
+        self._held = held
+        rungs = self._eligible
         for i, rung in enumerate(rungs):
-            below = [{"label_selector": dict(r.label_selector)} for r in rungs[i + 1:]]
-            self.remotes[rung.name] = runner.options(
-                **{**base, "label_selector": dict(rung.label_selector),
+            below = [{"label_selector": dict(r.label_selector)} for r in rungs[i + 1:]
+                     if r.name not in held]
+            self.remotes[rung.name] = self._runner.options(
+                **{**self._base, "label_selector": dict(rung.label_selector),
                    "fallback_strategy": below or None})
 
     @classmethod
@@ -116,11 +130,12 @@ class NativePath:
         snap = self.view.snapshot()
         if snap is not self._seen:  # one observation per capacity refresh
             self._seen = snap
+            self._build_remotes(frozenset(snap.held))
             self.selector.observe(snap.obtainable, now=time.time())
         remote = self.remotes.get(self.selector.current or "")
         if remote is None:
             now = time.time()
-            attempts = [Attempt(r, f"not obtainable ({snap.rungs[r].state})", now)
+            attempts = [Attempt(r, f"not obtainable ({snap.why(r)})", now)
                         for r in self.remotes]
             attempts.append(Attempt(None, "no eligible rung obtainable", now))
             err = LadderExhaustedError(self.ladder.name, attempts,

@@ -46,8 +46,10 @@ class TaskState:
         self.probe_s = self.ladder.policy.probe_interval_s
         self.index = {r.name: i for i, r in enumerate(self.ladder.rungs)}
         self.selector = Selector(self.ladder, self.constraints, on_event=self._on_event)
+        orch.nodes.follow(self.ladder.name)
         self.view = CapacityView(self.ladder, refresh_interval_s=self.probe_s,
-                                 source=orch.nodes.nodes)
+                                 source=orch.nodes.nodes, constraints=self.constraints,
+                                 hook_source=orch.nodes.hook_roles)
         eligible = [r for r in self.ladder.eligible(self.constraints) if r.is_compute]
         contexts = {r.name: RungContext.of(self.ladder, r.name) for r in eligible}
         runner = ray.remote(make_batch_runner(spec.fn, spec.name, contexts))
@@ -112,6 +114,8 @@ class TaskState:
         """Why ``rung`` is or is not obtainable, for attempt records."""
         if rung in self.congested:
             return "busy: an attempt waited past pending_timeout_s"
+        if rung in self.snapshot.held:
+            return self.snapshot.held[rung]
         if not self.obtainable.get(rung):
             return "absent: no alive node can host it"
         return f"{self.snapshot.rungs[rung].state}, but above where this call could go"

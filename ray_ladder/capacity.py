@@ -5,10 +5,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
+from ray_ladder.constraints import Constraints
 from ray_ladder.placement import NodeState, RungCapacity, ladder_capacity
 from ray_ladder.spec import Ladder
+
+#: ``ladder name -> the hook's published roles or None`` (see ray_ladder.autoscale.roles).
+HookSource = Callable[[str], "Mapping[str, Any] | None"]
 
 
 @dataclass(frozen=True)
@@ -17,13 +22,20 @@ class CapacitySnapshot:
 
     Attributes:
         time: ``time.monotonic()`` of the refresh.
-        rungs: Rung name -> :class:`RungCapacity`.
+        rungs: Rung name -> :class:`RungCapacity` (what the nodes can host).
         obtainable: Rung name -> bool, ready for :meth:`Selector.observe`.
+        held: Rung name -> why the view counts it unobtainable although a node can host
+            it (``"released by the autoscaler hook"``); empty when nothing is held.
     """
 
     time: float
     rungs: Mapping[str, RungCapacity]
     obtainable: Mapping[str, bool]
+    held: Mapping[str, str] = field(default_factory=dict)
+
+    def why(self, rung: str) -> str:
+        """A short reason for ``rung``'s state: the hold, else ``absent``/``busy``/``free``."""
+        return self.held.get(rung) or self.rungs[rung].state
 
 
 def ray_node_states() -> list[NodeState]:
@@ -60,12 +72,29 @@ class CapacityView:
     A compute rung is obtainable when an alive node can host one placement of it
     (``total > 0``); ``require_available=True`` demands a free one right now.
 
+    With ``follow_hook`` (the default), a rung that the ladder's autoscaler hook has
+    *released* (its node request is gone; Ray's idle timeout returns the node once nothing
+    runs there) is not obtainable while a better eligible rung is obtainable and ready, so
+    no new work lands on a node being given back (``snapshot().held`` says why). Where no
+    hook runs for the ladder's name, this costs one KV read every few seconds, not one per
+    refresh.
+
     Args:
         ladder: The ladder.
         refresh_interval_s: Snapshot lifetime (default: ``ladder.policy.probe_interval_s``).
         require_available: Count busy rungs as unobtainable.
         source: Returns node states (default: Ray's GCS via :func:`ray_node_states`).
         clock: Monotonic clock (injectable for tests).
+        follow_hook: Hold back rungs the autoscaler hook released.
+        constraints: Only eligible rungs count as "better" for a released rung (a
+            consumer that cannot use the better rung keeps the released one).
+        hook_source: ``ladder name -> published roles or None`` (default: Ray's KV,
+            absent entries re-checked every few seconds).
+        ready: ``rung -> whether it can take work now``, asked of the better rung before
+            a released one is held back (default: obtainable is enough). A consumer whose
+            rungs need a warm replica passes that test (the Serve router: "has a running
+            replica"), so a released rung keeps its work until the better one can take it.
+        wall_clock: Wall clock, to tell a live hook's entry from a stale one.
 
     Example:
         >>> view = CapacityView(ladder, refresh_interval_s=0.5)  # doctest: +SKIP
@@ -80,13 +109,29 @@ class CapacityView:
         require_available: bool = False,
         source: Callable[[], list[NodeState]] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        follow_hook: bool = True,
+        constraints: Constraints | None = None,
+        hook_source: HookSource | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        ready: Callable[[str], bool] | None = None,
     ) -> None:
         self.ladder = ladder
         self.refresh_interval_s = (ladder.policy.probe_interval_s if refresh_interval_s is None
                                    else refresh_interval_s)
         self.require_available = require_available
+        self.follow_hook = follow_hook
         self._source = source or ray_node_states
         self._clock = clock
+        self._wall_clock = wall_clock
+        self._ready = ready
+        self._hook_source = hook_source if follow_hook else None
+        if follow_hook and hook_source is None:
+            from ray_ladder.autoscale.roles import HookRoles
+
+            self._hook_source = HookRoles().get
+        eligible = [r.name for r in ladder.eligible(constraints) if r.is_compute]
+        #: Compute rung -> the eligible compute rungs above it (best first).
+        self._better = {name: eligible[:i] for i, name in enumerate(eligible)}
         self._snapshot: CapacitySnapshot | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -96,10 +141,36 @@ class CapacityView:
         """Read Ray's state now and replace the cached snapshot."""
         rungs = ladder_capacity(self.ladder, self._source(),
                                 require_available=self.require_available)
-        snap = CapacitySnapshot(self._clock(), rungs,
-                                {name: c.obtainable for name, c in rungs.items()})
+        obtainable = {name: c.obtainable for name, c in rungs.items()}
+        held: dict[str, str] = {}
+        if self._hook_source is not None:
+            roles = self._hook_source(self.ladder.name)
+            if roles is not None:
+                held = self._hold_released(roles, obtainable)
+        snap = CapacitySnapshot(self._clock(), rungs, obtainable, held)
         self._snapshot = snap
         return snap
+
+    def _hold_released(self, roles: Mapping[str, Any],
+                       obtainable: dict[str, bool]) -> dict[str, str]:
+        """Mark released rungs unobtainable (in place) while a better eligible one is not."""
+        from ray_ladder.autoscale.roles import RELEASED_REASON, released_rungs
+
+        released = set(released_rungs(roles, self._wall_clock()))
+        held: dict[str, str] = {}
+        if not released:
+            return held
+        # Top-down, so "better" sees rungs already held: a released rung is kept when
+        # nothing above it can take the work (better a node being given back than no
+        # answer).
+        ready = self._ready
+        for name, better in self._better.items():
+            if name in released and obtainable.get(name) \
+                    and any(obtainable.get(b) and (ready is None or ready(b))
+                            for b in better):
+                obtainable[name] = False
+                held[name] = RELEASED_REASON
+        return held
 
     def snapshot(self) -> CapacitySnapshot:
         """The cached snapshot, refreshed first when older than the interval."""

@@ -328,7 +328,9 @@ def test_rung_deployments_carry_placement_and_standby():
     assert opts["ray_actor_options"] == {"resources": {"ladder/a100": 1.0}}
     scaling = opts["autoscaling_config"]
     assert (scaling["min_replicas"], scaling["initial_replicas"]) == (0, 0)
-    assert scaling["policy"]["policy_kwargs"] == {"standby": 1}
+    assert scaling["policy"]["policy_kwargs"] == {"standby": 1, "ladder": LADDER.name,
+                                                  "rung": "a100"}
+    assert scaling["downscale_to_zero_delay_s"] == 0  # StandbyPolicy holds 1 -> 0 itself
 
 
 def test_standby_policy_floors_serves_decision():

@@ -118,6 +118,7 @@ class AutoscaleHook:
             self._state = state
             self._cond.notify_all()
         sources.save_state(self.ladder.name, state)
+        sources.save_roles(self.ladder.name, state)
         if changed:
             self._notify(state)
         return state
@@ -190,6 +191,7 @@ class AutoscaleHook:
             self._state = {**self._state, "stopped": True}
             self._cond.notify_all()
         sources.save_state(self.ladder.name, self._state)
+        sources.save_roles(self.ladder.name, self._state)  # consumers stop following
 
 
 def start_hook(ladder: Ladder | str, options: AutoscaleOptions | Mapping[str, Any] | None = None,

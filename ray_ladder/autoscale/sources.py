@@ -8,6 +8,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ray_ladder.autoscale import roles
 from ray_ladder.autoscale.plan import LaunchFailure
 from ray_ladder.capacity import ray_node_states
 from ray_ladder.placement import ladder_capacity
@@ -120,6 +121,15 @@ def save_state(ladder: str, state: Mapping[str, Any]) -> None:
 def load_state(ladder: str) -> dict[str, Any] | None:
     """The last state a hook published for ``ladder``, or None."""
     return _kv_get(STATE_PREFIX + ladder)
+
+
+def save_roles(ladder: str, state: Mapping[str, Any]) -> None:
+    """Publish the per-rung roles of a hook state, the small entry consumers poll.
+
+    The Serve rung deployments' autoscaling policy and every capacity view read it (see
+    :mod:`ray_ladder.autoscale.roles`); the full state stays for the CLI and restarts.
+    """
+    _kv_put(roles.ROLES_PREFIX + ladder, roles.summarize(state))
 
 
 def _union(now: float, own_key: str | None = None) -> tuple[list[dict], list[dict]]:

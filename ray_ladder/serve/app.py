@@ -52,7 +52,10 @@ def rung_deployment_options(ladder: Ladder, rung_name: str) -> dict[str, Any]:
     Replicas ask for the rung's placement (``resources``, ``num_gpus``, ``num_cpus``,
     ``accelerator_type``, ``label_selector``). Autoscaling starts at 0 replicas so that
     deploying never waits on a rung that cannot be placed; :class:`StandbyPolicy` then
-    keeps ``standby_replicas`` warm (1 on the top rung, 0 below by default).
+    keeps ``standby_replicas`` warm (1 on the top rung, 0 below by default) and follows
+    the ladder's autoscaler hook where one runs (``ladder`` and ``rung`` name its KV
+    entry). The policy applies the 1 -> 0 ``downscale_delay_s`` itself, so that the hook
+    can cut it short: Serve's own ``downscale_to_zero_delay_s`` is 0.
 
     Example:
         >>> rung_deployment_options(ladder, "h100")["ray_actor_options"]  # doctest: +SKIP
@@ -67,7 +70,10 @@ def rung_deployment_options(ladder: Ladder, rung_name: str) -> dict[str, Any]:
             "min_replicas": 0,
             "initial_replicas": 0,
             "max_replicas": max(1, standby),
-            "policy": {"policy_function": _POLICY, "policy_kwargs": {"standby": standby}},
+            "downscale_to_zero_delay_s": 0.0,
+            "policy": {"policy_function": _POLICY,
+                       "policy_kwargs": {"standby": standby, "ladder": ladder.name,
+                                         "rung": rung.name}},
         },
     }
 

@@ -1,31 +1,120 @@
-"""Autoscaling for rung deployments: Serve's policy, never below the rung's standby."""
+"""Autoscaling for rung deployments: Serve's policy, floored by the standby and the hook."""
 
 # This module is cloudpickled by value into the Serve controller: keep it small and let it
-# import only Ray Serve.
+# import only Ray.
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ray.serve.autoscaling_policy import replica_queue_length_autoscaling_policy
 
+# Where the autoscaler hook publishes its roles: ray_ladder.autoscale.roles holds the same
+# values (a test keeps them equal); importing it here would tie the controller to ray_ladder.
+HOOK_KV_NAMESPACE = "ray_ladder"
+HOOK_ROLES_PREFIX = "autoscale/roles/"
+HOOK_STALE_STEPS = 10
+HOOK_STALE_MIN_S = 30.0
+#: Re-read the hook's roles at most this often (the controller calls the policy ~10x/s).
+HOOK_READ_EVERY_S = 1.0
+#: Roles that send a rung's deployment to 0 replicas once no request is left for it.
+_CUT_ROLES = ("released", "draining")
+
 
 class StandbyPolicy:
-    """Serve's default queue-length policy, floored at ``standby`` replicas.
+    """Serve's queue-length policy, floored at ``standby`` replicas and steered by the hook.
 
     Rung deployments are deployed with ``min_replicas=0`` and ``initial_replicas=0`` so
     that ``serve.run`` returns even when a rung cannot be placed (its app is RUNNING at
     once); this policy then asks for the standby replicas, which Serve places when it
-    can. Traffic above the floor scales the rung as Serve always does, and a rung with
-    ``standby=0`` scales to zero when unused (Serve's ``downscale_delay_s``).
+    can. Traffic above the floor scales the rung as Serve always does.
+
+    Where an autoscaler hook runs for ``ladder`` (``ray_ladder.autoscale``), the floor
+    follows the rung's published role, re-read from Ray's KV at most once a second:
+
+    * ``released`` or ``draining``, or status ``stocked_out``: floor 0, and the last
+      replica goes as soon as no request is left for the rung. A standby replica would
+      keep a released node busy (Ray's idle timeout could never return it), and a
+      pending one on a stocked-out rung is demand the autoscaler retries undamped.
+    * ``warming``: at least 1, so the better rung is warm before traffic moves to it.
+    * otherwise (or no hook, or a stopped or stale one): ``standby``.
+
+    Serve applies ``downscale_delay_s`` to every policy's decision; for 1 -> 0 this
+    policy applies it itself (rung deployments set ``downscale_to_zero_delay_s=0``), so
+    that the hook can cut it short. Without a hook the timing is Serve's.
+
+    Args:
+        standby: Replicas kept warm.
+        ladder: The ladder's name (the hook's KV key); ``None`` ignores any hook.
+        rung: This deployment's rung.
 
     Example:
         >>> AutoscalingPolicy(policy_function="ray_ladder.serve.scaling:StandbyPolicy",
-        ...                   policy_kwargs={"standby": 1})  # doctest: +SKIP
+        ...                   policy_kwargs={"standby": 1, "ladder": "llm",
+        ...                                  "rung": "h100"})  # doctest: +SKIP
     """
 
-    def __init__(self, standby: int = 0) -> None:
+    def __init__(self, standby: int = 0, ladder: str | None = None,
+                 rung: str | None = None) -> None:
         self.standby = int(standby)
+        self.ladder = ladder
+        self.rung = rung
+        self._roles: dict[str, Any] | None = None
+        self._read_at: float | None = None
+        self._idle_since: float | None = None
+
+    def _read_roles(self) -> dict[str, Any] | None:
+        try:
+            from ray.experimental.internal_kv import (
+                _internal_kv_get,
+                _internal_kv_initialized,
+            )
+
+            if not _internal_kv_initialized():
+                return None
+            raw = _internal_kv_get(HOOK_ROLES_PREFIX + str(self.ladder),
+                                   namespace=HOOK_KV_NAMESPACE)
+            return None if raw is None else json.loads(raw)
+        except Exception:  # no hook state is today's behaviour, never a failed policy
+            return None
+
+    def hook_entry(self, now: float) -> dict[str, Any] | None:
+        """This rung's ``{"role", "status"}`` from a running hook, or None.
+
+        ``now`` is wall-clock time (the controller's ``ctx.current_time``).
+        """
+        if self.ladder is None or self.rung is None:
+            return None
+        if self._read_at is None or not 0 <= now - self._read_at < HOOK_READ_EVERY_S:
+            self._read_at = now
+            self._roles = self._read_roles()
+        roles = self._roles
+        if not roles or roles.get("stopped") or roles.get("time") is None:
+            return None
+        limit = max(HOOK_STALE_STEPS * float(roles.get("interval_s") or 0), HOOK_STALE_MIN_S)
+        if now - float(roles["time"]) > limit:
+            return None
+        entry = (roles.get("rungs") or {}).get(self.rung)
+        return entry if isinstance(entry, dict) else None
 
     def __call__(self, ctx: Any) -> tuple[float, dict[str, Any]]:
         desired, state = replica_queue_length_autoscaling_policy(ctx)
-        return max(desired, self.standby), state
+        now = getattr(ctx, "current_time", None)
+        entry = self.hook_entry(float(now)) if now is not None else None
+        role = entry.get("role") if entry else None
+        if entry and (role in _CUT_ROLES or entry.get("status") == "stocked_out"):
+            self._idle_since = None
+            # Serve's policy keeps a replica that is still pending (none running yet):
+            # here only requests for the rung keep it.
+            return (desired if ctx.total_num_requests > 0 else 0), state
+        floor = max(self.standby, 1) if role == "warming" else self.standby
+        want = max(desired, floor)
+        if want > 0 or ctx.target_num_replicas < 1 or now is None:
+            self._idle_since = None
+            return want, state
+        # 1 -> 0 with no request left: Serve's downscale_delay_s, held here (see above).
+        if self._idle_since is None:
+            self._idle_since = float(now)
+        if float(now) - self._idle_since < float(ctx.config.downscale_delay_s):
+            return 1, state
+        return 0, state
