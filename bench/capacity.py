@@ -1,6 +1,10 @@
 """Capacity view costs and reaction times on a real LocalCluster.
 
-Prints JSON: refresh_us (one GCS round trip), cached_read_us (one cached read),
+Prints JSON: refresh_us (one GCS round trip; no autoscaler hook runs for the ladder),
+refresh_us_hook_off (the same with follow_hook=False), refresh_us_following_hook (a hook's
+roles entry is published and the hook steps as often as the view refreshes: one more KV
+read per refresh), refresh_us_following_hook_1s (the hook steps every second, the view
+refreshes every 50 ms: the entry is re-read once a second), cached_read_us (one cached read),
 kill_to_unobtainable_s (SIGKILL of the rung's only node until the view says
 unobtainable), add_to_obtainable_s (add_node call until the view says obtainable),
 and the goals (cached read < 5 us, kill < 1.5 s, re-add < 2.5 s).
@@ -36,12 +40,35 @@ def _time_us(fn, n: int) -> float:
     return (time.perf_counter() - start) / n * 1e6
 
 
+def _refresh_following_hook_us(interval_s: float) -> float:
+    """Refresh cost while a hook's roles entry exists for the ladder (published by hand)."""
+    from ray_ladder.autoscale.roles import KV_NAMESPACE, ROLES_PREFIX
+    from ray_ladder.autoscale.sources import save_roles
+
+    save_roles(LADDER.name, {"ladder": LADDER.name, "version": 1, "time": time.time() + 3600,
+                             "interval_s": interval_s, "serving": "h100",
+                             "rungs": {"h100": {"role": "serving", "status": "up"},
+                                       "a100": {"role": "released", "status": "up"}}})
+    try:
+        view = CapacityView(LADDER, refresh_interval_s=REFRESH_S)
+        assert not view.refresh().obtainable["a100"]  # the entry is followed
+        return statistics.median(_time_us(view.refresh, 50) for _ in range(5))
+    finally:
+        from ray.experimental.internal_kv import _internal_kv_del
+
+        _internal_kv_del(ROLES_PREFIX + LADDER.name, namespace=KV_NAMESPACE)
+
+
 def main(rounds: int = 3) -> dict[str, object]:
     with LocalCluster({"h100": {"resources": {"ladder/h100": 1}},
                        "a100": {"resources": {"ladder/a100": 1}}}) as cluster:
         view = CapacityView(LADDER, refresh_interval_s=REFRESH_S)
         view.refresh()
         refresh_us = statistics.median(_time_us(view.refresh, 50) for _ in range(5))
+        off = CapacityView(LADDER, refresh_interval_s=REFRESH_S, follow_hook=False)
+        refresh_off_us = statistics.median(_time_us(off.refresh, 50) for _ in range(5))
+        refresh_hook_us = _refresh_following_hook_us(interval_s=0.0)
+        refresh_hook_1s_us = _refresh_following_hook_us(interval_s=1.0)
         cached = CapacityView(LADDER, refresh_interval_s=3600)
         cached.refresh()
         cached_read_us = statistics.median(
@@ -60,6 +87,9 @@ def main(rounds: int = 3) -> dict[str, object]:
             adds.append(time.monotonic() - t0)
     out = {
         "refresh_us": round(refresh_us, 1),
+        "refresh_us_hook_off": round(refresh_off_us, 1),
+        "refresh_us_following_hook": round(refresh_hook_us, 1),
+        "refresh_us_following_hook_1s": round(refresh_hook_1s_us, 1),
         "cached_read_us": round(cached_read_us, 3),
         "kill_to_unobtainable_s": round(statistics.median(kills), 3),
         "add_to_obtainable_s": round(statistics.median(adds), 3),

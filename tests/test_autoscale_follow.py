@@ -80,7 +80,7 @@ def test_no_hook_a_stopped_one_or_a_stale_one_changes_nothing():
     assert off.refresh().obtainable["a100"]
 
 
-def test_absent_hook_entries_are_rechecked_only_every_few_seconds():
+def test_hook_entries_are_read_no_more_often_than_the_hook_publishes():
     reads: list[str] = []
     now = [0.0]
     published: dict[str, dict | None] = {"follow": None}
@@ -96,10 +96,13 @@ def test_absent_hook_entries_are_rechecked_only_every_few_seconds():
         now[0] = t
         view.refresh()
     assert len(reads) == 1
-    published["follow"] = _roles(h100="serving", a100="released")
+    published["follow"] = _roles(h100="serving", a100="released")  # interval_s 0.5
     now[0] = 5.0
     assert not view.refresh().obtainable["a100"]
-    now[0] = 5.1  # an entry exists: read on every refresh
+    now[0] = 5.3  # the hook has not stepped again since: no read
+    view.refresh()
+    assert len(reads) == 2
+    now[0] = 5.5
     view.refresh()
     assert len(reads) == 3
 

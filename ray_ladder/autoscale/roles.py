@@ -89,11 +89,12 @@ def read_roles(ladder: str) -> dict[str, Any] | None:
 
 
 class HookRoles:
-    """Reads hook roles per ladder, asking again for an absent entry only every few seconds.
+    """Reads hook roles per ladder: never more often than the hook publishes them.
 
     Most clusters run no hook: a capacity view that refreshes every probe would otherwise
-    pay one GCS round trip per refresh to learn that again. Once an entry exists it is
-    read on every :meth:`get` (the caller decides how often: once per refresh).
+    pay one GCS round trip (about 0.7 ms here) per refresh to learn that again, so an
+    absent entry is asked for again only after ``recheck_s``. A present entry is re-read
+    once its hook has stepped again (its ``interval_s``), at most once per :meth:`get`.
 
     Args:
         recheck_s: Wait after an absent answer before asking again.
@@ -112,20 +113,21 @@ class HookRoles:
         self.recheck_s = recheck_s
         self._read = read
         self._clock = clock
-        self._absent_at: dict[str, float] = {}
+        self._last: dict[str, tuple[float, dict[str, Any] | None]] = {}
 
     def get(self, ladder: str) -> dict[str, Any] | None:
-        """The roles entry of ``ladder``, or None (no hook, or one read failed)."""
+        """The roles entry of ``ladder``, or None (no hook, or the last read failed)."""
         now = self._clock()
-        absent_at = self._absent_at.get(ladder)
-        if absent_at is not None and now - absent_at < self.recheck_s:
-            return None
+        last = self._last.get(ladder)
+        if last is not None:
+            read_at, roles = last
+            keep = self.recheck_s if roles is None else \
+                min(float(roles.get("interval_s") or 0.0), self.recheck_s)
+            if 0 <= now - read_at < keep:
+                return roles
         try:
             roles = self._read(ladder)
         except Exception:  # a failed read is no hook: today's behaviour, never a crash
             roles = None
-        if roles is None:
-            self._absent_at[ladder] = now
-        else:
-            self._absent_at.pop(ladder, None)
+        self._last[ladder] = (now, roles)
         return roles
