@@ -202,3 +202,62 @@ def test_policy_reads_the_kv_at_most_once_a_second_and_ignores_a_stale_hook():
     assert p(2.0) == 1
     p.published = {**_published("released"), "stopped": True}
     assert p(3.0) == 1
+
+
+# --- the task ladder's native path ---------------------------------------------------------
+
+
+def test_native_path_keeps_rays_fallback_off_a_released_rung():
+    from ray_ladder._task_native import NativePath
+    from ray_ladder.task_options import TaskOptions, TaskSpec
+
+    ladder = Ladder.from_yaml("""
+    name: follow
+    rungs:
+      - {name: h100, num_cpus: 1, label_selector: {gpu: h100}}
+      - {name: a100, num_cpus: 1, label_selector: {gpu: a100}}
+      - {name: l4, num_cpus: 1, label_selector: {gpu: l4}}
+    """)
+
+    def embed(x, *, rung):
+        return x
+
+    path = NativePath(TaskSpec("embed", "fam", embed, ladder,
+                               TaskOptions.build({"path": "native"}, ladder=ladder)))
+    sent: list[dict] = []
+
+    class Remote:  # records the Ray options a call would be submitted with
+        def __init__(self, options: dict) -> None:
+            self.options = options
+
+        def remote(self, *args, **kwargs):
+            sent.append(self.options)
+            ref = SimpleNamespace(binary=lambda: str(len(sent)).encode())
+            return ref, ref
+
+    path._runner = SimpleNamespace(options=lambda **kw: Remote(kw))
+    path._held = None
+    path._build_remotes(frozenset())
+    published = [None]
+    nodes = [NodeState(g, True, {"CPU": 1.0}, {"CPU": 1.0}, {"gpu": g}) for g in ("h100", "a100")]
+    path.view = CapacityView(ladder, source=lambda: nodes, hook_source=lambda n: published[0],
+                             wall_clock=lambda: NOW, refresh_interval_s=0.0)
+    path.submit((1,), {})
+    assert sent[-1]["label_selector"] == {"gpu": "h100"}
+    assert [f["label_selector"]["gpu"] for f in sent[-1]["fallback_strategy"]] == ["a100", "l4"]
+    published[0] = _roles(h100="serving", a100="released")
+    path.submit((2,), {})
+    assert [f["label_selector"]["gpu"] for f in sent[-1]["fallback_strategy"]] == ["l4"]
+
+
+def test_orchestrator_node_cache_reads_roles_in_its_background_refresh():
+    from ray_ladder._orchestrator import NodeCache
+
+    reads: list[str] = []
+    cache = NodeCache(source=lambda: [_node("h100")])
+    cache._hook = roles.HookRoles(read=lambda name: reads.append(name) or _roles(a100="released"))
+    cache.follow("follow")
+    assert cache.hook_roles("follow") is None  # nothing read until the next refresh
+    cache.refresh()
+    assert reads == ["follow"] and roles.released_rungs(cache.hook_roles("follow"), NOW) == [
+        "a100"]
