@@ -176,6 +176,9 @@ def test_serve_ladder_follows_the_hook_down_and_back_up(stack):
     assert state["rungs"]["h100"]["status"] in ("stocked_out", "probing")
     assert not any(e["event"] == "launching" and e["node_type"] == "h100"
                    for e in cluster.events())
+    # A stocked-out h100 keeps no pending standby replica (demand v1 would retry undamped).
+    wait_until(lambda: _hook(stack)["rungs"]["h100"]["status"] == "stocked_out"
+               and _replicas("h100") == 0, SLOW, 0.2, "no h100 replica while stocked out")
     probe = ladder_task(LADDER, num_cpus=0)(where_task)
     assert ray.get(probe.remote(), timeout=SLOW) == "a100"
     load = Load(url).start()
@@ -211,8 +214,10 @@ def test_serve_ladder_follows_the_hook_down_and_back_up(stack):
     assert statuses.count(200) == len(statuses) > 30, [r for r in load.results if r[1] != 200]
     nodes = [n for _, _, _, n in load.results]
     assert all(r == n for _, _, r, n in load.results)  # each rung ran on its own node
-    switch = nodes.index("h100")
-    assert set(nodes[:switch]) == {"a100"} and set(nodes[switch:]) == {"h100"}
+    assert set(nodes[:nodes.index("h100")]) == {"a100"}
+    # Once a100 is gone only h100 answers (between the climb and then, a request slow to be
+    # taken by h100 may be hedged to a100: the router's choice, not a failure).
+    assert {n for t, _, _, n in load.results if t > t_gone} == {"h100"}
     assert a100_up_when_held  # the hold came from the hook, not from a missing node
     assert ray.get(probe.remote(), timeout=SLOW) == "h100"
     kinds = [(e["kind"], e["rung"]) for e in _hook(stack)["events"]]

@@ -39,9 +39,11 @@ class AutoscaleHook:
     node request to ``ray.autoscaler.sdk.request_resources``. Its state is published in
     Ray's KV (read by ``ray-ladder autoscale status`` and by a restarted hook).
 
-    Consumers (the Serve ladder, ``@ladder_task`` pools) follow it through
-    :meth:`wait_for_change` (long poll) or :meth:`subscribe` (the hook calls
-    ``handle.<method>.remote(state)`` on each change). Per rung, ``role`` says what to do:
+    The Serve ladder's rung policy and every ``CapacityView`` (Serve router,
+    ``@ladder_task``, Tune) follow the small roles entry it also publishes each step
+    (:mod:`ray_ladder.autoscale.roles`); other consumers can use :meth:`wait_for_change`
+    (long poll) or :meth:`subscribe` (the hook calls ``handle.<method>.remote(state)`` on
+    each change). Per rung, ``role`` says what to do:
     ``serving`` (send work), ``warming`` (a better rung's node joined: start replicas;
     traffic moves after the hysteresis), ``draining`` (traffic moved up: finish in-flight
     work, scale down), ``released`` (its node request is gone; Ray's idle timeout returns
