@@ -208,6 +208,31 @@ def test_an_answer_since_the_last_probe_proves_a_replica_runs():
     assert state.obtainable(0.5)["h100"] is True and state.is_warm("h100")
 
 
+def test_a_rung_the_hook_released_is_left_out_only_where_a_better_rung_serves():
+    state = _state()
+    running = {"h100": 1, "a100": 1, "l4": 0}
+    state.observe(running, ALL_UP, now=0)
+    state.selector(EU, 0)  # an eu selector: a100 (eu) is its best rung
+    # The hook released a100 (h100 came back): unconstrained requests leave it ...
+    state.observe(running, ALL_UP, now=0.5, held=["a100"])
+    assert state.hedge_target(state.selector(None, 0.5), {"h100"}) == "l4"
+    # ... eu requests keep it: no better rung is eligible for them.
+    assert state.selector(EU, 0.5).current == "a100"
+    assert state.held_everywhere() == set()
+    assert state.snapshot(0.5)["rungs"][1]["released_by_hook"] is True
+    # With h100 gone, a100 is the best the unconstrained requests have: not left out.
+    state.observe(running, {**ALL_UP, "h100": False}, now=1.0, held=["a100"])
+    assert state.hedge_target(state.selector(None, 1.0), set()) == "a100"
+
+
+def test_a_released_rung_no_selector_may_use_is_not_kept_warm():
+    state = _state()
+    running = {"h100": 1, "a100": 1, "l4": 0}
+    state.observe(running, ALL_UP, now=0, held=["a100"])
+    assert state.held_everywhere() == {"a100"}
+    assert "released by the autoscaler hook" in state.why_unobtainable("a100", 0)
+
+
 def test_failure_falls_at_once_and_cooldown_then_hysteresis_climb_back():
     events = []
     state = _state(cooldown=1.0, on_event=events.append)

@@ -82,6 +82,8 @@ class RouterState:
         self._placeable: dict[str, bool] = {}
         self._down: dict[str, tuple[float, str]] = {}
         self._obtainable: dict[str, bool] = {}
+        #: Rungs the autoscaler hook released while a better rung is up (see observe).
+        self._held: frozenset[str] = frozenset()
         self.events: deque[TransitionEvent] = deque(maxlen=max_events)
         self._max_selectors = max_selectors
         self._selectors: OrderedDict[tuple[object, ...], Selector] = OrderedDict()
@@ -118,8 +120,27 @@ class RouterState:
         self.lost = [n for n in self._compute if before.get(n) and not self._obtainable[n]]
         self.observations += 1
         for key, selector in self._selectors.items():
-            self._decisions[key] = selector.observe(self._obtainable, now)
+            self._decisions[key] = selector.observe(self._view(selector), now)
         return self._decisions[_DEFAULT_KEY]
+
+    def _view(self, selector: Selector) -> Mapping[str, bool]:
+        """What ``selector`` may use: a held rung is left out only where a better rung
+        eligible for that selector is obtainable (an eu-only request keeps its eu rung
+        even when the hook released it because a better, non-eu rung came up)."""
+        if not self._held:
+            return self._obtainable
+        view = dict(self._obtainable)
+        eligible = selector.eligible
+        for name in self._held:
+            if name in eligible and any(self._obtainable.get(b, False)
+                                        for b in eligible[:eligible.index(name)]):
+                view[name] = False
+        return view
+
+    def held_everywhere(self) -> set[str]:
+        """Held rungs no selector may use now (nothing should keep them warm)."""
+        return {n for n in self._held
+                if all(not self._view(s).get(n, False) for s in self._selectors.values())}
 
     def needs_replica_counts(self, placeable: Mapping[str, bool], now: float) -> bool:
         """Whether the next probe must re-read RUNNING replica counts.
@@ -139,12 +160,15 @@ class RouterState:
                    and self._running.get(n, 0) == 0 for n in self._compute)
 
     def observe(self, running: Mapping[str, int] | None, placeable: Mapping[str, bool],
-                now: float, alive: Iterable[str] = ()) -> Decision:
+                now: float, alive: Iterable[str] = (), held: Iterable[str] = ()) -> Decision:
         """Feed one probe: RUNNING replicas per rung and capacity per rung.
 
         ``running=None`` keeps the last counts (see :meth:`needs_replica_counts`).
         ``alive`` names rungs whose replicas answered the router since the last probe:
         such a rung has a running replica whatever the last count said.
+        ``held`` names rungs the autoscaler hook released while a better rung is up and
+        ready (``CapacitySnapshot.held``); ``placeable`` counts them as hostable, and each
+        selector leaves them out only when a better rung it may use is obtainable.
 
         Returns the unconstrained selector's decision.
         """
@@ -155,6 +179,7 @@ class RouterState:
             if self._running.get(name, 0) == 0:
                 self._running[name] = 1
         self._placeable = dict(placeable)
+        self._held = frozenset(held)
         for name in [n for n, (until, _) in self._down.items() if until <= now]:
             del self._down[name]
         return self._observe_all(now)
@@ -173,9 +198,9 @@ class RouterState:
         """Where to send a copy of a request whose rung is slow to take it: the best
         obtainable eligible compute rung not in ``exclude``. Reads the state only; the
         ladder itself moves by the selectors' decisions."""
+        view = self._view(selector)
         for name in selector.eligible:
-            if name not in exclude and self._is_compute[name] \
-                    and self._obtainable.get(name, False):
+            if name not in exclude and self._is_compute[name] and view.get(name, False):
                 return name
         return None
 
@@ -188,6 +213,8 @@ class RouterState:
             return "no alive node can host it"
         if self._running.get(rung, 0) == 0:
             return "its standby replica is not running yet"
+        if rung in self._held:
+            return "released by the autoscaler hook (a better rung is up)"
         return "obtainable"
 
     def is_down(self, rung: str, now: float) -> bool:
@@ -203,7 +230,7 @@ class RouterState:
         selector = self._selectors.get(key)
         if selector is None:
             selector = Selector(self.ladder, constraints)
-            self._decisions[key] = selector.observe(self._obtainable, now)
+            self._decisions[key] = selector.observe(self._view(selector), now)
             self._selectors[key] = selector
             while len(self._selectors) > self._max_selectors + 1:
                 for old in self._selectors:
@@ -231,10 +258,11 @@ class RouterState:
         wanted: set[str] = set()
         for selector in self._selectors.values():
             current = selector.current
+            view = self._view(selector)
             for name in selector.eligible:
                 if name == current:
                     break
-                if name in self._standby and self._obtainable.get(name) \
+                if name in self._standby and view.get(name) \
                         and not self.is_warm(name):
                     wanted.add(name)
         return [n for n in self._compute if n in wanted]
@@ -262,6 +290,7 @@ class RouterState:
                 "standby_replicas": self._standby[rung.name] if rung.is_compute else None,
                 "down_for_s": round(down[0] - now, 3) if down and down[0] > now else 0.0,
                 "down_reason": down[1] if down and down[0] > now else None,
+                "released_by_hook": rung.name in self._held,
                 "streak": default.streak(rung.name) if rung.name in default.eligible else 0,
             })
         current = default.current

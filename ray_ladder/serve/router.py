@@ -73,7 +73,10 @@ class LadderRouter:
             settings = cache_rung.cache
             self._cache = (AnswerCache(settings.max_entries, settings.ttl_s) if settings
                            else AnswerCache())
-        self._view = CapacityView(self.ladder, refresh_interval_s=policy.probe_interval_s)
+        # Follows the autoscaler hook: a rung it released is held back once a better rung
+        # is up *and has a running replica* (before, the lesser one still serves).
+        self._view = CapacityView(self.ladder, refresh_interval_s=policy.probe_interval_s,
+                                  ready=self._state.is_warm)
         self._pinging: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._probe_errors = 0
@@ -116,15 +119,18 @@ class LadderRouter:
     async def _probe(self) -> None:
         started = time.monotonic()
         snapshot = await asyncio.to_thread(self._view.refresh)
+        # Held rungs stay hostable here: RouterState leaves them out per selector (a
+        # constrained request may have no better rung than the released one).
+        placeable = {r: ok or r in snapshot.held for r, ok in snapshot.obtainable.items()}
         now = time.time()
         running = None
-        if self._state.needs_replica_counts(snapshot.obtainable, now):
+        if self._state.needs_replica_counts(placeable, now):
             running = await asyncio.to_thread(self._read_running)
             now = time.time()
         interval = self.ladder.policy.probe_interval_s
         alive = [r for r in self._deployments if self._caller.alive_within(r, interval)]
         self._probe_s = time.monotonic() - started
-        decision = self._state.observe(running, snapshot.obtainable, now, alive)
+        decision = self._state.observe(running, placeable, now, alive, held=snapshot.held)
         for rung in self._state.lost:
             logger.warning("rung %s lost: %s", rung, self._state.why_unobtainable(rung, now))
         self._caller.signal_lost(self._state.lost)
@@ -171,8 +177,10 @@ class LadderRouter:
             if rung not in self._pinging:
                 self._pinging.add(rung)
                 self._spawn(self._ping(rung, policy.pending_timeout_s))
+        idle = self._state.held_everywhere()  # pings would keep a released rung busy
         for rung, ok in obtainable.items():
-            if (ok and self._state.is_warm(rung) and rung not in self._pinging
+            if (ok and rung not in idle and self._state.is_warm(rung)
+                    and rung not in self._pinging
                     and not self._caller.alive_within(rung, policy.probe_interval_s)):
                 self._pinging.add(rung)
                 self._spawn(self._ping(rung, max(1.0, 4 * self._caller.assign_timeout_s)))
