@@ -11,7 +11,7 @@ from ray_ladder import Constraints, InvalidConstraintsError, Ladder, LadderExhau
 from ray_ladder.exceptions import Attempt
 from ray_ladder.serve import http
 from ray_ladder.serve.cache import AnswerCache, payload_key
-from ray_ladder.serve.core import RouterState, standby_replicas
+from ray_ladder.serve.core import RECENT_USE_S, RouterState, standby_replicas
 from ray_ladder.serve.result import LadderResult
 
 LADDER = Ladder.from_yaml("""
@@ -218,7 +218,9 @@ def test_a_rung_the_hook_released_is_left_out_only_where_a_better_rung_serves():
     assert state.hedge_target(state.selector(None, 0.5), {"h100"}) == "l4"
     # ... eu requests keep it: no better rung is eligible for them.
     assert state.selector(EU, 0.5).current == "a100"
-    assert state.held_everywhere() == set()
+    assert state.held_everywhere(now=0.5) == set()  # eu requests may still come
+    # ... until eu requests stop: then nothing keeps the released rung warm.
+    assert state.held_everywhere(now=0.5 + RECENT_USE_S + 1) == {"a100"}
     assert state.snapshot(0.5)["rungs"][1]["released_by_hook"] is True
     # With h100 gone, a100 is the best the unconstrained requests have: not left out.
     state.observe(running, {**ALL_UP, "h100": False}, now=1.0, held=["a100"])
@@ -229,7 +231,7 @@ def test_a_released_rung_no_selector_may_use_is_not_kept_warm():
     state = _state()
     running = {"h100": 1, "a100": 1, "l4": 0}
     state.observe(running, ALL_UP, now=0, held=["a100"])
-    assert state.held_everywhere() == {"a100"}
+    assert state.held_everywhere(now=0) == {"a100"}
     assert "released by the autoscaler hook" in state.why_unobtainable("a100", 0)
 
 

@@ -12,6 +12,9 @@ from ray_ladder.selector import Decision, Selector
 from ray_ladder.spec import Ladder, Rung
 
 _DEFAULT_KEY: tuple[object, ...] = ("<none>",)
+#: A released rung stays warm for a constrained selector only while that selector has
+#: had a request this recently (selectors live on after their traffic stops).
+RECENT_USE_S = 60.0
 
 
 def standby_replicas(ladder: Ladder, rung: Rung) -> int:
@@ -89,6 +92,7 @@ class RouterState:
         self._selectors: OrderedDict[tuple[object, ...], Selector] = OrderedDict()
         self._decisions: dict[tuple[object, ...], Decision] = {}
         self._selectors[_DEFAULT_KEY] = Selector(ladder, None, on_event=self._record)
+        self._used: dict[tuple[object, ...], float] = {}
         self.observations = 0
         #: Compute rungs the last observation found no longer obtainable (requests still
         #: waiting on them should go elsewhere).
@@ -137,10 +141,12 @@ class RouterState:
                 view[name] = False
         return view
 
-    def held_everywhere(self) -> set[str]:
-        """Held rungs no selector may use now (nothing should keep them warm)."""
-        return {n for n in self._held
-                if all(not self._view(s).get(n, False) for s in self._selectors.values())}
+    def held_everywhere(self, now: float) -> set[str]:
+        """Held rungs that no selector with a request in the last ``RECENT_USE_S`` may use
+        (nothing should keep them warm: their node is being given back)."""
+        recent = [s for k, s in self._selectors.items()
+                  if now - self._used.get(k, float("-inf")) <= RECENT_USE_S]
+        return {n for n in self._held if all(not self._view(s).get(n, False) for s in recent)}
 
     def needs_replica_counts(self, placeable: Mapping[str, bool], now: float) -> bool:
         """Whether the next probe must re-read RUNNING replica counts.
@@ -227,6 +233,7 @@ class RouterState:
     def selector(self, constraints: Constraints | None, now: float) -> Selector:
         """The selector for ``constraints`` (created and fed the last observation)."""
         key = _DEFAULT_KEY if constraints is None or constraints.empty else constraints.key()
+        self._used[key] = now
         selector = self._selectors.get(key)
         if selector is None:
             selector = Selector(self.ladder, constraints)
@@ -237,6 +244,7 @@ class RouterState:
                     if old != _DEFAULT_KEY:
                         del self._selectors[old]
                         self._decisions.pop(old, None)
+                        self._used.pop(old, None)
                         break
         elif key != _DEFAULT_KEY:
             self._selectors.move_to_end(key)

@@ -177,7 +177,7 @@ class LadderRouter:
             if rung not in self._pinging:
                 self._pinging.add(rung)
                 self._spawn(self._ping(rung, policy.pending_timeout_s))
-        idle = self._state.held_everywhere()  # pings would keep a released rung busy
+        idle = self._state.held_everywhere(time.time())  # pings would keep them busy
         for rung, ok in obtainable.items():
             if (ok and rung not in idle and self._state.is_warm(rung)
                     and rung not in self._pinging
