@@ -21,7 +21,7 @@ import ray
 
 from ray_ladder import Ladder
 from ray_ladder.autoscale import start_hook, stop_hook
-from ray_ladder.autoscale.fake_cluster import FakeAutoscalingCluster, fake_worker_type
+from ray_ladder.autoscale.fake.cluster import FakeAutoscalingCluster, fake_worker_type
 from ray_ladder.testing import wait_until
 
 LADDER = Ladder.from_yaml("""
@@ -156,7 +156,7 @@ def main() -> dict[str, Any]:
         ray.shutdown()
         sid = cluster.sid
         cluster.shutdown()
-    from ray_ladder.autoscale.fake_cluster import _session_pids
+    from ray_ladder.autoscale.fake.cluster import _session_pids
 
     t_refuse = _provider(events, "refused", "h100", t_plain_end)
     t_detect = _event(hook_events, "stockout", "h100", t_plain_end)

@@ -17,7 +17,7 @@ import statistics
 import time
 
 from ray_ladder import Ladder
-from ray_ladder.capacity import CapacityView
+from ray_ladder.cluster.capacity import CapacityView
 from ray_ladder.testing import LocalCluster, wait_until
 
 LADDER = Ladder.from_dict({
@@ -42,8 +42,8 @@ def _time_us(fn, n: int) -> float:
 
 def _refresh_following_hook_us(interval_s: float) -> float:
     """Refresh cost while a hook's roles entry exists for the ladder (published by hand)."""
-    from ray_ladder.autoscale.roles import KV_NAMESPACE, ROLES_PREFIX
     from ray_ladder.autoscale.sources import save_roles
+    from ray_ladder.cluster.roles import KV_NAMESPACE, ROLES_PREFIX
 
     save_roles(LADDER.name, {"ladder": LADDER.name, "version": 1, "time": time.time() + 3600,
                              "interval_s": interval_s, "serving": "h100",

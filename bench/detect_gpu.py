@@ -14,7 +14,7 @@ import time
 from importlib import metadata
 from typing import Any
 
-from ray_ladder.accelerators import detect, node_resources
+from ray_ladder.node.accelerators import detect, node_resources
 
 
 def _nvidia_smi_list() -> list[str] | None:

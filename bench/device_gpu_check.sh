@@ -26,7 +26,7 @@ run() { echo "\$ $*"; "$@"; echo "rc=$?"; }
 # Detection speed over repeated calls (a worker start command runs it once per node).
 "$PY" - >"$OUT/timing.json" 2>&1 <<'PY'
 import json, statistics, time
-from ray_ladder.accelerators import detect
+from ray_ladder.node.accelerators import detect
 ts = []
 for _ in range(20):
     t = time.perf_counter(); detect(); ts.append((time.perf_counter() - t) * 1000)

@@ -86,7 +86,7 @@ def run_config(tmp: str, name: str, stop: Any = None) -> Any:
 
 def wait_all_free(ladder: Any) -> None:
     """Start each run on an idle cluster (the last run's placement group is released)."""
-    from ray_ladder.capacity import CapacityView
+    from ray_ladder.cluster.capacity import CapacityView
     from ray_ladder.testing import wait_until
     from ray_ladder.tune.trainable import LadderTrialSpec
 

@@ -3,27 +3,27 @@
 from __future__ import annotations
 
 from ray_ladder._lazy import lazy_getattr
-from ray_ladder.constraints import Constraints
-from ray_ladder.context import RungContext
-from ray_ladder.events import TransitionEvent
-from ray_ladder.exceptions import (
+from ray_ladder.core.constraints import Constraints
+from ray_ladder.core.context import RungContext
+from ray_ladder.core.events import TransitionEvent
+from ray_ladder.core.exceptions import (
     Attempt,
     ConfigError,
     InvalidConstraintsError,
     LadderError,
     LadderExhaustedError,
 )
-from ray_ladder.selector import Decision, Selector
-from ray_ladder.spec import CacheSettings, Ladder, Policy, Rung, load_ladder
+from ray_ladder.core.selector import Decision, Selector
+from ray_ladder.core.spec import CacheSettings, Ladder, Policy, Rung, load_ladder
 
 __version__ = "0.1.0"
 
 # Parts that import Ray load on first use, so `import ray_ladder` stays Ray-free.
 _LAZY = {
-    "ladder_task": "ray_ladder.task",
-    "LadderTask": "ray_ladder.task",
-    "last_rung": "ray_ladder.task",
-    "CapacityView": "ray_ladder.capacity",
+    "ladder_task": "ray_ladder.task.decorator",
+    "LadderTask": "ray_ladder.task.decorator",
+    "last_rung": "ray_ladder.task.decorator",
+    "CapacityView": "ray_ladder.cluster.capacity",
 }
 
 __all__ = [

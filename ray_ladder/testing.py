@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ray_ladder.placement import labels_satisfying
-from ray_ladder.spec import Ladder, Rung
+from ray_ladder.core.placement import labels_satisfying
+from ray_ladder.core.spec import Ladder, Rung
 
 logger = logging.getLogger(__name__)
 

@@ -9,16 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ray_ladder import accelerators as acc
-from ray_ladder._nvml import (
-    NVML_ERROR_DRIVER_NOT_LOADED,
-    NVML_ERROR_GPU_IS_LOST,
-    NVML_ERROR_LIBRARY_NOT_FOUND,
-    NVML_ERROR_NO_PERMISSION,
-    NVML_ERROR_UNKNOWN,
-    NvmlImportError,
-)
-from ray_ladder.accelerators import (
+from ray_ladder.core.spec import Rung
+from ray_ladder.node import accelerators as acc
+from ray_ladder.node.accelerators import (
     Detection,
     FakeGpu,
     FakeMig,
@@ -29,7 +22,14 @@ from ray_ladder.accelerators import (
     missing_for,
     node_resources,
 )
-from ray_ladder.spec import Rung
+from ray_ladder.node.nvml import (
+    NVML_ERROR_DRIVER_NOT_LOADED,
+    NVML_ERROR_GPU_IS_LOST,
+    NVML_ERROR_LIBRARY_NOT_FOUND,
+    NVML_ERROR_NO_PERMISSION,
+    NVML_ERROR_UNKNOWN,
+    NvmlImportError,
+)
 
 A100_80 = ("NVIDIA A100-SXM4-80GB", 81920)
 LABEL_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?")
@@ -364,7 +364,7 @@ def test_fake_from_spec_forms(tmp_path: Path) -> None:
 
 
 def test_detection_module_does_not_import_ray() -> None:
-    code = ("import sys, ray_ladder.accelerators, ray_ladder.cli.node_cmd; "
-            "ray_ladder.accelerators.detect(); "
-            "sys.exit('ray' in sys.modules or 'ray_ladder.accelerators' not in sys.modules)")
+    code = ("import sys, ray_ladder.node.accelerators, ray_ladder.cli.node_cmd; "
+            "ray_ladder.node.accelerators.detect(); "
+            "sys.exit('ray' in sys.modules or 'ray_ladder.node.accelerators' not in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

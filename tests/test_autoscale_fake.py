@@ -32,7 +32,7 @@ OPTIONS = {"retry_initial_s": 2.0, "retry_max_s": 4.0, "provision_timeout_s": 60
 def cluster():
     import ray
 
-    from ray_ladder.autoscale.fake_cluster import FakeAutoscalingCluster, fake_worker_type
+    from ray_ladder.autoscale.fake.cluster import FakeAutoscalingCluster, fake_worker_type
 
     c = FakeAutoscalingCluster(
         {name: fake_worker_type({f"ladder/{name}": 1}, labels={"ladder.node-type": name})
@@ -233,7 +233,7 @@ def test_shutdown_stops_every_process_it_started(cluster):
     import ray
     from click.testing import CliRunner
 
-    from ray_ladder.autoscale.fake_cluster import _session_pids
+    from ray_ladder.autoscale.fake.cluster import _session_pids
     from ray_ladder.autoscale.sources import REQUEST_PREFIX, _kv_get
     from ray_ladder.cli import main
 

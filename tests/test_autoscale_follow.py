@@ -5,9 +5,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from ray_ladder import Constraints, Ladder, Selector
-from ray_ladder.autoscale import roles
-from ray_ladder.capacity import CapacityView
-from ray_ladder.placement import NodeState
+from ray_ladder.cluster import roles
+from ray_ladder.cluster.capacity import CapacityView
+from ray_ladder.core.placement import NodeState
 
 LADDER = Ladder.from_yaml("""
 name: follow
@@ -208,8 +208,8 @@ def test_policy_reads_the_kv_at_most_once_a_second_and_ignores_a_stale_hook():
 
 
 def test_native_path_keeps_rays_fallback_off_a_released_rung():
-    from ray_ladder._task_native import NativePath
-    from ray_ladder.task_options import TaskOptions, TaskSpec
+    from ray_ladder.task.native import NativePath
+    from ray_ladder.task.options import TaskOptions, TaskSpec
 
     ladder = Ladder.from_yaml("""
     name: follow
@@ -251,7 +251,7 @@ def test_native_path_keeps_rays_fallback_off_a_released_rung():
 
 
 def test_orchestrator_node_cache_reads_roles_in_its_background_refresh():
-    from ray_ladder._orchestrator import NodeCache
+    from ray_ladder.task.orchestrator.nodes import NodeCache
 
     reads: list[str] = []
     cache = NodeCache(source=lambda: [_node("h100")])

@@ -101,7 +101,7 @@ def stack():
     from ray import serve
 
     from ray_ladder.autoscale import start_hook, stop_hook
-    from ray_ladder.autoscale.fake_cluster import FakeAutoscalingCluster, fake_worker_type
+    from ray_ladder.autoscale.fake.cluster import FakeAutoscalingCluster, fake_worker_type
     from ray_ladder.serve import build_app
 
     # Two placements a node: one for the rung's replica, one for the task ladder's probe.
@@ -165,7 +165,7 @@ def test_serve_ladder_follows_the_hook_down_and_back_up(stack):
     import ray
 
     from ray_ladder import ladder_task
-    from ray_ladder._orchestrator import get_orchestrator
+    from ray_ladder.task.orchestrator.registry import get_orchestrator
 
     cluster, url = stack["cluster"], stack["url"]
     # 1. h100 refused: the hook asks for a100; its node comes up and answers.

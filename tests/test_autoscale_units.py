@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ray_ladder.autoscale.schedule import CapacitySchedule, TraceReplay, Window
+from ray_ladder.autoscale.fake.schedule import CapacitySchedule, TraceReplay, Window
 
 
 def test_script_windows_and_open_ends():
@@ -55,7 +55,7 @@ def test_provider_raises_the_cloud_capacity_error(tmp_path, monkeypatch):
     from ray.autoscaler.node_launch_exception import NodeLaunchException
     from ray.autoscaler.tags import TAG_RAY_USER_NODE_TYPE
 
-    from ray_ladder.autoscale.provider import StockoutProvider
+    from ray_ladder.autoscale.fake.provider import StockoutProvider
 
     monkeypatch.setenv("RAY_FAKE_CLUSTER", "1")
     sched, log = tmp_path / "s.yaml", tmp_path / "events.jsonl"

@@ -7,8 +7,8 @@ import time
 import pytest
 
 from ray_ladder import Ladder, Selector
-from ray_ladder.capacity import CapacityView
-from ray_ladder.placement import NodeState
+from ray_ladder.cluster.capacity import CapacityView
+from ray_ladder.core.placement import NodeState
 from ray_ladder.testing import LocalCluster, wait_until
 
 LADDER = Ladder.from_dict({

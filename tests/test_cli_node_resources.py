@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from ray_ladder.accelerators import NodeResources, missing_for
 from ray_ladder.cli import main
-from ray_ladder.spec import load_ladder
+from ray_ladder.core.spec import load_ladder
+from ray_ladder.node.accelerators import NodeResources, missing_for
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "ladders"

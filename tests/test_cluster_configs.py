@@ -13,7 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from ray_ladder import load_ladder
-from ray_ladder.autoscale.render import is_eu_region
+from ray_ladder.autoscale.render.ray_up import is_eu_region
 from ray_ladder.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,8 +14,8 @@ from ray_ladder import (
     LadderError,
     LadderExhaustedError,
 )
-from ray_ladder import exceptions as exceptions_module
-from ray_ladder.exceptions import ConfigIssue
+from ray_ladder.core import exceptions as exceptions_module
+from ray_ladder.core.exceptions import ConfigIssue
 
 
 def test_hierarchy() -> None:
@@ -30,7 +30,7 @@ def test_hierarchy() -> None:
 def test_every_error_lives_in_one_module() -> None:
     for cls in (LadderError, ConfigError, InvalidConstraintsError, LadderExhaustedError,
                 Attempt, ConfigIssue):
-        assert cls.__module__ == "ray_ladder.exceptions"
+        assert cls.__module__ == "ray_ladder.core.exceptions"
     # The hierarchy is drawn in the module docstring (httpx style).
     doc = exceptions_module.__doc__ or ""
     for name in ("LadderError", "ConfigError", "InvalidConstraintsError",

@@ -11,16 +11,16 @@ from pathlib import Path
 ROOT = Path(__file__).parent.parent
 CORE = [
     "ray_ladder",
-    "ray_ladder.spec",
-    "ray_ladder.selector",
-    "ray_ladder.constraints",
-    "ray_ladder.events",
-    "ray_ladder.exceptions",
-    "ray_ladder.context",
-    "ray_ladder._errors",
+    "ray_ladder.core.spec",
+    "ray_ladder.core.selector",
+    "ray_ladder.core.constraints",
+    "ray_ladder.core.events",
+    "ray_ladder.core.exceptions",
+    "ray_ladder.core.context",
+    "ray_ladder.core.config_errors",
 ]
 # Core modules that other issues add; checked as soon as they exist.
-LATER_CORE = ["ray_ladder.simulate", "ray_ladder.accelerators"]
+LATER_CORE = ["ray_ladder.simulate", "ray_ladder.node.accelerators"]
 
 
 def run_fresh(code: str) -> subprocess.CompletedProcess[str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ray_ladder import Ladder, Rung
-from ray_ladder.placement import (
+from ray_ladder.core.placement import (
     NodeState,
     demand,
     fits,

@@ -9,8 +9,8 @@ import yaml
 from click.testing import CliRunner
 
 from ray_ladder import Ladder, Rung
-from ray_ladder.autoscale.catalog import rung_hardware
-from ray_ladder.autoscale.render import RenderOptions, join_command, render, render_yaml
+from ray_ladder.autoscale.render.catalog import rung_hardware
+from ray_ladder.autoscale.render.ray_up import RenderOptions, join_command, render, render_yaml
 from ray_ladder.cli import main
 
 LADDER = Ladder.from_yaml("""
@@ -109,7 +109,7 @@ def test_kuberay_and_computeclass_and_local_fake():
     assert [p.get("machineType") for p in cc["priorities"]][:2] == ["a3-highgpu-8g",
                                                                     "a2-ultragpu-1g"]
     fake = render(LADDER, "local-fake")
-    assert fake["provider"]["module"] == "ray_ladder.autoscale.provider.StockoutProvider"
+    assert fake["provider"]["module"] == "ray_ladder.autoscale.fake.provider.StockoutProvider"
     assert fake["available_node_types"]["big"]["resources"]["ladder/h100"] == 2
     assert fake["available_node_types"]["t4"]["resources"]["GPU"] == 1
     assert fake["idle_timeout_minutes"] == 0.1
@@ -124,7 +124,7 @@ def test_render_does_not_import_ray(tmp_path):
 
     # Ray may be loaded by other tests: check in a fresh interpreter.
     code = ("import sys; from ray_ladder import load_ladder; "
-            "from ray_ladder.autoscale.render import render; "
+            "from ray_ladder.autoscale.render.ray_up import render; "
             f"render(load_ladder({str(path)!r}), 'kuberay'); print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from ray_ladder import Constraints, InvalidConstraintsError, Ladder, LadderExhaustedError
-from ray_ladder.exceptions import Attempt
+from ray_ladder.core.exceptions import Attempt
 from ray_ladder.serve import http
 from ray_ladder.serve.cache import AnswerCache, payload_key
 from ray_ladder.serve.core import RECENT_USE_S, RouterState, standby_replicas
@@ -418,7 +418,7 @@ def test_the_example_serve_config_builds(monkeypatch):
 def test_metrics_count_requests_transitions_and_log_alerts(caplog):
     import logging
 
-    from ray_ladder.events import TransitionEvent
+    from ray_ladder.core.events import TransitionEvent
     from ray_ladder.serve.metrics import LadderMetrics
 
     metrics = LadderMetrics(LADDER, enabled=False)
@@ -439,7 +439,7 @@ def test_metrics_count_requests_transitions_and_log_alerts(caplog):
 
 
 def test_rung_wrapper_matches_sync_and_async_classes():
-    from ray_ladder.context import RungContext
+    from ray_ladder.core.context import RungContext
     from ray_ladder.serve.replica import AsyncRungReplica, RungReplica, replica_class
 
     class Async:

@@ -19,7 +19,7 @@ from ray_ladder import (
     Rung,
     load_ladder,
 )
-from ray_ladder.spec import as_ladder
+from ray_ladder.core.spec import as_ladder
 
 BAD = Path(__file__).parent / "data" / "bad"
 EXAMPLES = Path(__file__).parent.parent / "examples" / "ladders"

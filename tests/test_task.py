@@ -280,7 +280,7 @@ def test_batch_embedding_example_runs_on_the_ladder(cluster):
 
 
 def test_batched_tiny_calls_keep_each_answer_to_its_own_call(cluster):
-    from ray_ladder._orchestrator import get_orchestrator
+    from ray_ladder.task.orchestrator.registry import get_orchestrator
 
     @ladder_task(LADDER)
     def tiny(i, *, rung):

@@ -7,16 +7,16 @@ import math
 import pytest
 
 from ray_ladder import Constraints, InvalidConstraintsError, Ladder, ladder_task
-from ray_ladder._task_native import native_problem
-from ray_ladder._task_runner import rung_for_labels
 from ray_ladder.task import LadderTask
-from ray_ladder.task_options import (
+from ray_ladder.task.native import native_problem
+from ray_ladder.task.options import (
     TaskOptions,
     attempt_options,
     effective_ladder,
     merge_rung,
     valid_keys,
 )
+from ray_ladder.task.runner import rung_for_labels
 
 LADDER = Ladder.from_dict({
     "name": "opts",

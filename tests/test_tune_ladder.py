@@ -13,7 +13,7 @@ import ray.cloudpickle
 from ray import tune
 
 from ray_ladder import Ladder
-from ray_ladder.capacity import CapacityView
+from ray_ladder.cluster.capacity import CapacityView
 from ray_ladder.testing import LocalCluster, wait_until
 from ray_ladder.tune import Tuner, rung_history, with_ladder
 

@@ -14,8 +14,8 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import TrialScheduler
 
 from ray_ladder import Ladder
-from ray_ladder.exceptions import InvalidConstraintsError
-from ray_ladder.placement import NodeState
+from ray_ladder.core.exceptions import InvalidConstraintsError
+from ray_ladder.core.placement import NodeState
 from ray_ladder.tune import (
     LadderScheduler,
     RungSpan,

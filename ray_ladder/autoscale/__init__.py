@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ray_ladder._lazy import lazy_getattr
+from ray_ladder.autoscale.fake.schedule import CapacitySchedule, TraceReplay, Window
 
 # Pure parts load eagerly; the Ray-facing ones on first use.
 from ray_ladder.autoscale.plan import (
@@ -12,7 +13,6 @@ from ray_ladder.autoscale.plan import (
     Plan,
     RungState,
 )
-from ray_ladder.autoscale.schedule import CapacitySchedule, TraceReplay, Window
 
 _LAZY = {
     "AutoscaleHook": "ray_ladder.autoscale.hook",
@@ -22,10 +22,10 @@ _LAZY = {
     "stop_hook": "ray_ladder.autoscale.hook",
     "hook_state": "ray_ladder.autoscale.hook",
     "hook_name": "ray_ladder.autoscale.hook",
-    "FakeAutoscalingCluster": "ray_ladder.autoscale.fake_cluster",
-    "fake_worker_type": "ray_ladder.autoscale.fake_cluster",
-    "StockoutProvider": "ray_ladder.autoscale.provider",
-    "render": "ray_ladder.autoscale.render",
+    "FakeAutoscalingCluster": "ray_ladder.autoscale.fake.cluster",
+    "fake_worker_type": "ray_ladder.autoscale.fake.cluster",
+    "StockoutProvider": "ray_ladder.autoscale.fake.provider",
+    "render": "ray_ladder.autoscale.render.ray_up",
 }
 
 __all__ = [

@@ -10,8 +10,8 @@ from typing import Any
 
 from ray_ladder.autoscale import sources
 from ray_ladder.autoscale.plan import MAX_EVENTS, AutoscaleOptions, AutoscalePlanner
-from ray_ladder.constraints import Constraints
-from ray_ladder.spec import Ladder, as_ladder
+from ray_ladder.core.constraints import Constraints
+from ray_ladder.core.spec import Ladder, as_ladder
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class AutoscaleHook:
 
     The Serve ladder's rung policy and every ``CapacityView`` (Serve router,
     ``@ladder_task``, Tune) follow the small roles entry it also publishes each step
-    (:mod:`ray_ladder.autoscale.roles`); other consumers can use :meth:`wait_for_change`
+    (:mod:`ray_ladder.cluster.roles`); other consumers can use :meth:`wait_for_change`
     (long poll) or :meth:`subscribe` (the hook calls ``handle.<method>.remote(state)`` on
     each change). Per rung, ``role`` says what to do:
     ``serving`` (send work), ``warming`` (a better rung's node joined: start replicas;

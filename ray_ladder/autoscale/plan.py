@@ -9,11 +9,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ray_ladder.constraints import Constraints
-from ray_ladder.events import TransitionEvent
-from ray_ladder.placement import demand
-from ray_ladder.selector import Decision, Selector
-from ray_ladder.spec import Ladder
+from ray_ladder.core.constraints import Constraints
+from ray_ladder.core.events import TransitionEvent
+from ray_ladder.core.placement import demand
+from ray_ladder.core.selector import Decision, Selector
+from ray_ladder.core.spec import Ladder
 
 Status = Literal["idle", "requested", "probing", "stocked_out", "up"]
 Role = Literal["serving", "warming", "draining", "released", "none"]

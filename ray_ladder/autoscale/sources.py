@@ -8,11 +8,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ray_ladder.autoscale import roles
 from ray_ladder.autoscale.plan import LaunchFailure
-from ray_ladder.capacity import ray_node_states
-from ray_ladder.placement import ladder_capacity
-from ray_ladder.spec import Ladder
+from ray_ladder.cluster import roles
+from ray_ladder.cluster.capacity import ray_node_states
+from ray_ladder.core.placement import ladder_capacity
+from ray_ladder.core.spec import Ladder
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ def save_roles(ladder: str, state: Mapping[str, Any]) -> None:
     """Publish the per-rung roles of a hook state, the small entry consumers poll.
 
     The Serve rung deployments' autoscaling policy and every capacity view read it (see
-    :mod:`ray_ladder.autoscale.roles`); the full state stays for the CLI and restarts.
+    :mod:`ray_ladder.cluster.roles`); the full state stays for the CLI and restarts.
     """
     _kv_put(roles.ROLES_PREFIX + ladder, roles.summarize(state))
 

@@ -14,8 +14,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ray_ladder.exceptions import ConfigError
-from ray_ladder.spec import load_ladder
+from ray_ladder.core.exceptions import ConfigError
+from ray_ladder.core.spec import load_ladder
 
 _ADDRESS = click.option("--address", default="auto", show_default=True,
                         help="Ray cluster address (GCS host:port).")

@@ -13,16 +13,16 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ray_ladder.accelerators import (
+from ray_ladder.core.exceptions import ConfigError
+from ray_ladder.core.spec import load_ladder
+from ray_ladder.node.accelerators import (
     Detection,
     FakeNvml,
     NodeResources,
     detect,
     missing_for,
 )
-from ray_ladder.accelerators import node_resources as advertise
-from ray_ladder.exceptions import ConfigError
-from ray_ladder.spec import load_ladder
+from ray_ladder.node.accelerators import node_resources as advertise
 
 FAKE_ENV = "RAY_LADDER_FAKE_NVML"
 

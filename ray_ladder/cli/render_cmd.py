@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 
-from ray_ladder.autoscale.render import PROVIDERS, RenderOptions, render_yaml
-from ray_ladder.autoscale.render import render as render_template
-from ray_ladder.exceptions import ConfigError
-from ray_ladder.spec import load_ladder
+from ray_ladder.autoscale.render.ray_up import PROVIDERS, RenderOptions, render_yaml
+from ray_ladder.autoscale.render.ray_up import render as render_template
+from ray_ladder.core.exceptions import ConfigError
+from ray_ladder.core.spec import load_ladder
 
 RAY_UP = ("aws", "gcp", "azure", "local-fake")
 

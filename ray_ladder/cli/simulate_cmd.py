@@ -9,10 +9,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from ray_ladder.core.spec import load_ladder
 from ray_ladder.simulate.api import simulate as run_simulation
 from ray_ladder.simulate.report import PolicyReport, SimulationReport
 from ray_ladder.simulate.specs import SPEC_FORMS, parse_duration, parse_trace_arg
-from ray_ladder.spec import load_ladder
 
 _TRACE_HELP = (
     "RUNG=SPEC, repeatable. SPEC: " + " | ".join(SPEC_FORMS)

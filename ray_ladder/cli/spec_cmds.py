@@ -8,8 +8,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ray_ladder.exceptions import ConfigError
-from ray_ladder.spec import Ladder, Rung, load_ladder
+from ray_ladder.core.exceptions import ConfigError
+from ray_ladder.core.spec import Ladder, Rung, load_ladder
 
 
 @click.command()

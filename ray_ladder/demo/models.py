@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ray_ladder.context import RungContext
+from ray_ladder.core.context import RungContext
 
 #: Pixels per digit image (8 x 8, values 0..16).
 N_PIXELS = 64

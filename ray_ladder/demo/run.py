@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from ray_ladder.core.spec import Ladder, load_ladder
 from ray_ladder.demo.load import RequestRecord, probe
 from ray_ladder.demo.load_process import LoadProcess
 from ray_ladder.demo.models import (
@@ -33,7 +34,6 @@ from ray_ladder.demo.report import (
     write_summary,
 )
 from ray_ladder.demo.story import DEFAULT_STORY, Step, StoryEvent, run_story, story_seconds
-from ray_ladder.spec import Ladder, load_ladder
 
 #: Clusters started and not yet shut down: the watchdog tears these down.
 LIVE_CLUSTERS: list[Any] = []

@@ -9,10 +9,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ray_ladder.context import RungContext
+from ray_ladder.core.context import RungContext
+from ray_ladder.core.spec import Ladder, as_ladder
 from ray_ladder.serve.core import standby_replicas
 from ray_ladder.serve.replica import replica_class
-from ray_ladder.spec import Ladder, as_ladder
 
 #: Pins the router to the head node on any Ray cluster (Ray gives only the head this
 #: resource; Ray Train pins its state actor the same way), so it never dies with a rung.

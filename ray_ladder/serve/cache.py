@@ -7,8 +7,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from ray_ladder.constraints import Constraints
-from ray_ladder.spec import Rung
+from ray_ladder.core.constraints import Constraints
+from ray_ladder.core.spec import Rung
 
 _NO_CONSTRAINTS: tuple[object, ...] = Constraints().key()
 

@@ -6,10 +6,10 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ray_ladder.constraints import Constraints
-from ray_ladder.events import TransitionEvent
-from ray_ladder.selector import Decision, Selector
-from ray_ladder.spec import Ladder, Rung
+from ray_ladder.core.constraints import Constraints
+from ray_ladder.core.events import TransitionEvent
+from ray_ladder.core.selector import Decision, Selector
+from ray_ladder.core.spec import Ladder, Rung
 
 _DEFAULT_KEY: tuple[object, ...] = ("<none>",)
 #: A released rung stays warm for a constrained selector only while that selector has

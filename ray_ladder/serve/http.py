@@ -9,9 +9,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ray_ladder.constraints import Constraints
-from ray_ladder.exceptions import InvalidConstraintsError, LadderExhaustedError
-from ray_ladder.spec import Ladder
+from ray_ladder.core.constraints import Constraints
+from ray_ladder.core.exceptions import InvalidConstraintsError, LadderExhaustedError
+from ray_ladder.core.spec import Ladder
 
 RUNG_HEADER = "X-Ladder-Rung"
 DEGRADED_HEADER = "X-Ladder-Degraded-S"

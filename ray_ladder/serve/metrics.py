@@ -6,9 +6,9 @@ import logging
 from collections import Counter
 from typing import Any
 
-from ray_ladder.events import TransitionEvent
-from ray_ladder.selector import Decision
-from ray_ladder.spec import Ladder
+from ray_ladder.core.events import TransitionEvent
+from ray_ladder.core.selector import Decision
+from ray_ladder.core.spec import Ladder
 
 events_logger = logging.getLogger("ray_ladder.events")
 alerts_logger = logging.getLogger("ray_ladder.alerts")

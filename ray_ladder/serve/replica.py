@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from ray_ladder.context import RungContext
+from ray_ladder.core.context import RungContext
 
 
 class RungReplica:

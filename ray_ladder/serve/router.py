@@ -9,10 +9,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ray_ladder.capacity import CapacityView
-from ray_ladder.constraints import Constraints
-from ray_ladder.exceptions import Attempt, LadderExhaustedError
-from ray_ladder.selector import Selector
+from ray_ladder.cluster.capacity import CapacityView
+from ray_ladder.core.constraints import Constraints
+from ray_ladder.core.exceptions import Attempt, LadderExhaustedError
+from ray_ladder.core.selector import Selector
+from ray_ladder.core.spec import Ladder
 from ray_ladder.serve import http
 from ray_ladder.serve.cache import AnswerCache, payload_key
 from ray_ladder.serve.calls import Pending, RungCaller
@@ -20,7 +21,6 @@ from ray_ladder.serve.core import RouterState
 from ray_ladder.serve.errors import RungFailed
 from ray_ladder.serve.metrics import LadderMetrics, configure_event_logging
 from ray_ladder.serve.result import LadderResult
-from ray_ladder.spec import Ladder
 
 logger = logging.getLogger("ray_ladder.serve")
 

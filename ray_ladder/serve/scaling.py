@@ -9,7 +9,7 @@ from typing import Any
 
 from ray.serve.autoscaling_policy import replica_queue_length_autoscaling_policy
 
-# Where the autoscaler hook publishes its roles: ray_ladder.autoscale.roles holds the same
+# Where the autoscaler hook publishes its roles: ray_ladder.cluster.roles holds the same
 # values (a test keeps them equal); importing it here would tie the controller to ray_ladder.
 HOOK_KV_NAMESPACE = "ray_ladder"
 HOOK_ROLES_PREFIX = "autoscale/roles/"

@@ -6,13 +6,13 @@ from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ray_ladder.constraints import Constraints
+from ray_ladder.core.constraints import Constraints
+from ray_ladder.core.spec import Ladder, as_ladder
 from ray_ladder.simulate.align import align
 from ray_ladder.simulate.replay import replay
 from ray_ladder.simulate.report import SimulationReport, summarise
 from ray_ladder.simulate.specs import resolve_traces
 from ray_ladder.simulate.traces import Trace, tick_index
-from ray_ladder.spec import Ladder, as_ladder
 
 DEFAULT_TICK_S = 60.0
 """Tick used when no trace has a natural gap (e.g. only ``always`` traces)."""

@@ -6,10 +6,10 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-from ray_ladder.constraints import Constraints
-from ray_ladder.selector import Selector
+from ray_ladder.core.constraints import Constraints
+from ray_ladder.core.selector import Selector
+from ray_ladder.core.spec import Ladder
 from ray_ladder.simulate.align import Timeline
-from ray_ladder.spec import Ladder
 
 
 @dataclass

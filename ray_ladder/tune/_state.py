@@ -7,10 +7,10 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ray_ladder.capacity import CapacitySnapshot, CapacityView, ray_node_states
-from ray_ladder.constraints import Constraints
-from ray_ladder.placement import NodeState
-from ray_ladder.selector import Selector
+from ray_ladder.cluster.capacity import CapacitySnapshot, CapacityView, ray_node_states
+from ray_ladder.core.constraints import Constraints
+from ray_ladder.core.placement import NodeState
+from ray_ladder.core.selector import Selector
 from ray_ladder.tune.history import RungSpan
 from ray_ladder.tune.trainable import LadderTrialSpec
 

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from ray_ladder.capacity import ray_node_states
-from ray_ladder.events import Direction, TransitionEvent
-from ray_ladder.placement import NodeState
-from ray_ladder.selector import Selector
+from ray_ladder.cluster.capacity import ray_node_states
+from ray_ladder.core.events import Direction, TransitionEvent
+from ray_ladder.core.placement import NodeState
+from ray_ladder.core.selector import Selector
 from ray_ladder.tune._state import TrialState, View
 from ray_ladder.tune.history import RungSpan, summary
 from ray_ladder.tune.trainable import LadderTrialSpec, spec_of

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ray_ladder.constraints import Constraints
-from ray_ladder.context import RungContext
-from ray_ladder.exceptions import InvalidConstraintsError
-from ray_ladder.placement import demand, label_matches
-from ray_ladder.spec import Ladder, Rung, as_ladder
+from ray_ladder.core.constraints import Constraints
+from ray_ladder.core.context import RungContext
+from ray_ladder.core.exceptions import InvalidConstraintsError
+from ray_ladder.core.placement import demand, label_matches
+from ray_ladder.core.spec import Ladder, Rung, as_ladder
 
 logger = logging.getLogger(__name__)
 
@@ -132,8 +132,8 @@ class LadderTrialSpec:
         Used by ``tune.with_resources``; a :class:`LadderScheduler` refines it with
         reservations and re-places the trial on every later move.
         """
-        from ray_ladder.capacity import CapacityView
-        from ray_ladder.selector import Selector
+        from ray_ladder.cluster.capacity import CapacityView
+        from ray_ladder.core.selector import Selector
         from ray_ladder.tune import scheduler as _scheduler
 
         constraints = self.constraints_for(config)

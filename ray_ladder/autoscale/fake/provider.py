@@ -14,7 +14,7 @@ from ray.autoscaler._private.fake_multi_node.node_provider import FakeMultiNodeP
 from ray.autoscaler.node_launch_exception import NodeLaunchException
 from ray.autoscaler.tags import TAG_RAY_USER_NODE_TYPE
 
-from ray_ladder.autoscale.schedule import CapacitySchedule
+from ray_ladder.autoscale.fake.schedule import CapacitySchedule
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class StockoutProvider(FakeMultiNodeProvider):
     Provider config keys (all optional) beside the fake provider's own:
 
     * ``capacity_schedule``: path to a schedule file (see
-      :class:`~ray_ladder.autoscale.schedule.CapacitySchedule`); re-read when it changes,
+      :class:`~ray_ladder.autoscale.fake.schedule.CapacitySchedule`); re-read when it changes,
       so a test or benchmark can turn capacity off and on. Env fallback:
       ``RAY_LADDER_CAPACITY_SCHEDULE``.
     * ``events_log``: path of a JSON-lines log of launches, refusals and terminations.
@@ -47,11 +47,11 @@ class StockoutProvider(FakeMultiNodeProvider):
     * ``error_category``: category of the raised exception.
 
     Plug it into an autoscaling config with ``provider: {type: external, module:
-    ray_ladder.autoscale.provider.StockoutProvider, ...}`` and ``RAY_FAKE_CLUSTER=1``.
+    ray_ladder.autoscale.fake.provider.StockoutProvider, ...}`` and ``RAY_FAKE_CLUSTER=1``.
 
     Example:
         >>> config["provider"] = {"type": "external",  # doctest: +SKIP
-        ...     "module": "ray_ladder.autoscale.provider.StockoutProvider",
+        ...     "module": "ray_ladder.autoscale.fake.provider.StockoutProvider",
         ...     "capacity_schedule": "/tmp/schedule.yaml"}
     """
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ray_ladder.exceptions import ConfigIssue
+from ray_ladder.core.exceptions import ConfigIssue
 
 _VALID_KEYS = {
     "ladder": "schema_version, name, description, rungs, policy",

@@ -6,9 +6,9 @@ import json
 import math
 from typing import Any
 
-from ray_ladder.autoscale.catalog import CATALOG, rung_hardware
-from ray_ladder.autoscale.render import NodeTypePlan, RenderOptions, rung_labels
-from ray_ladder.spec import Ladder, Rung
+from ray_ladder.autoscale.render.catalog import CATALOG, rung_hardware
+from ray_ladder.autoscale.render.ray_up import NodeTypePlan, RenderOptions, rung_labels
+from ray_ladder.core.spec import Ladder, Rung
 
 #: NVIDIA GPU feature discovery labels (GPU operator): vendor-neutral GPU node selectors.
 GPU_PRODUCT = "nvidia.com/gpu.product"

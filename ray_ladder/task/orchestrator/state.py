@@ -7,18 +7,18 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from ray_ladder._task_calls import Call
-from ray_ladder._task_lanes import Lane
-from ray_ladder._task_runner import make_batch_runner
-from ray_ladder.capacity import CapacityView
-from ray_ladder.context import RungContext
-from ray_ladder.events import Direction, TransitionEvent
-from ray_ladder.exceptions import Attempt, LadderExhaustedError
-from ray_ladder.selector import Selector
-from ray_ladder.task_options import TaskSpec, attempt_options, effective_ladder
+from ray_ladder.cluster.capacity import CapacityView
+from ray_ladder.core.context import RungContext
+from ray_ladder.core.events import Direction, TransitionEvent
+from ray_ladder.core.exceptions import Attempt, LadderExhaustedError
+from ray_ladder.core.selector import Selector
+from ray_ladder.task.options import TaskSpec, attempt_options, effective_ladder
+from ray_ladder.task.orchestrator.calls import Call
+from ray_ladder.task.orchestrator.lanes import Lane
+from ray_ladder.task.runner import make_batch_runner
 
 if TYPE_CHECKING:
-    from ray_ladder._orchestrator import LadderOrchestrator
+    from ray_ladder.task.orchestrator.actor import LadderOrchestrator
 
 EWMA_ALPHA = 0.2
 

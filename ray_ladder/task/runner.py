@@ -7,8 +7,8 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ray_ladder.context import RungContext
-from ray_ladder.placement import label_matches
+from ray_ladder.core.context import RungContext
+from ray_ladder.core.placement import label_matches
 
 #: One call inside a batch: (number of positional args, keyword names).
 Layout = Sequence[tuple[int, tuple[str, ...]]]

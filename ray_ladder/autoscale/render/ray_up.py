@@ -10,15 +10,15 @@ from typing import Any
 
 import yaml
 
-from ray_ladder.autoscale.catalog import (
+from ray_ladder.autoscale.render.catalog import (
     CATALOG,
     Machine,
     RungHardware,
     machine_for,
     rung_hardware,
 )
-from ray_ladder.placement import labels_satisfying
-from ray_ladder.spec import Ladder, Rung
+from ray_ladder.core.placement import labels_satisfying
+from ray_ladder.core.spec import Ladder, Rung
 
 PROVIDERS = ("aws", "gcp", "azure", "kuberay", "local-fake", "gke-computeclass")
 _DEFAULT_REGION = {"aws": "us-west-2", "gcp": "us-central1", "azure": "westus2"}
@@ -273,7 +273,7 @@ def render_local_fake(ladder: Ladder, opts: RenderOptions) -> dict[str, Any]:
 
     Each fake node hosts one placement of its rung (1 CPU unless the rung asks more).
     """
-    from ray_ladder.autoscale.fake_cluster import fake_cluster_config, fake_worker_type
+    from ray_ladder.autoscale.fake.cluster import fake_cluster_config, fake_worker_type
 
     types = {}
     for rung in node_rungs(ladder, opts):
@@ -303,7 +303,7 @@ def render(ladder: Ladder, provider: str, options: RenderOptions | None = None
         >>> cfg["available_node_types"]["h100"]["node_config"]["InstanceType"]  # doctest: +SKIP
         'p5.48xlarge'
     """
-    from ray_ladder.autoscale import k8s  # it imports this module
+    from ray_ladder.autoscale.render import k8s  # it imports this module
 
     opts = options or RenderOptions()
     if provider in ("aws", "gcp", "azure"):

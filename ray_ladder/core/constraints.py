@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 if TYPE_CHECKING:
-    from ray_ladder.spec import Rung
+    from ray_ladder.core.spec import Rung
 
 
 class Constraints(BaseModel):

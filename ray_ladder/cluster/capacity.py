@@ -8,11 +8,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ray_ladder.constraints import Constraints
-from ray_ladder.placement import NodeState, RungCapacity, ladder_capacity
-from ray_ladder.spec import Ladder
+from ray_ladder.core.constraints import Constraints
+from ray_ladder.core.placement import NodeState, RungCapacity, ladder_capacity
+from ray_ladder.core.spec import Ladder
 
-#: ``ladder name -> the hook's published roles or None`` (see ray_ladder.autoscale.roles).
+#: ``ladder name -> the hook's published roles or None`` (see ray_ladder.cluster.roles).
 HookSource = Callable[[str], "Mapping[str, Any] | None"]
 
 
@@ -126,7 +126,7 @@ class CapacityView:
         self._ready = ready
         self._hook_source = hook_source if follow_hook else None
         if follow_hook and hook_source is None:
-            from ray_ladder.autoscale.roles import HookRoles
+            from ray_ladder.cluster.roles import HookRoles
 
             self._hook_source = HookRoles().get
         eligible = [r.name for r in ladder.eligible(constraints) if r.is_compute]
@@ -154,7 +154,7 @@ class CapacityView:
     def _hold_released(self, roles: Mapping[str, Any],
                        obtainable: dict[str, bool]) -> dict[str, str]:
         """Mark released rungs unobtainable (in place) while a better eligible one is not."""
-        from ray_ladder.autoscale.roles import RELEASED_REASON, released_rungs
+        from ray_ladder.cluster.roles import RELEASED_REASON, released_rungs
 
         released = set(released_rungs(roles, self._wall_clock()))
         held: dict[str, str] = {}

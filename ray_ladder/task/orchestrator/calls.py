@@ -20,10 +20,10 @@ from ray.exceptions import (
     WorkerCrashedError,
 )
 
-from ray_ladder.exceptions import Attempt
+from ray_ladder.core.exceptions import Attempt
 
 if TYPE_CHECKING:
-    from ray_ladder._task_lanes import Lane
+    from ray_ladder.task.orchestrator.lanes import Lane
 
 #: Errors that say the attempt's node or worker went away, not that the function failed.
 SYSTEM_ERRORS = (NodeDiedError, WorkerCrashedError, LocalRayletDiedError, RaySystemError,

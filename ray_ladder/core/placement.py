@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ray_ladder.spec import Ladder, Rung
+from ray_ladder.core.spec import Ladder, Rung
 
 # Ray adds this much of `accelerator_type:<T>` to a task that asks for accelerator_type=T.
 ACCELERATOR_TYPE_DEMAND = 0.001

@@ -18,12 +18,12 @@ from typing import Any
 
 import yaml
 
-from ray_ladder.autoscale.schedule import CapacitySchedule, as_schedule
+from ray_ladder.autoscale.fake.schedule import CapacitySchedule, as_schedule
 from ray_ladder.testing import HEAD_TYPE, NODE_TYPE_LABEL, free_port
 
 logger = logging.getLogger(__name__)
 
-PROVIDER_MODULE = "ray_ladder.autoscale.provider.StockoutProvider"
+PROVIDER_MODULE = "ray_ladder.autoscale.fake.provider.StockoutProvider"
 HEAD_NODE_TYPE = "ray.head.default"
 _MIB = 2**20
 # Everything a full cluster config has; the monitor's validator wants them present.

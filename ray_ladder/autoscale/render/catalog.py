@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ray_ladder.spec import Rung
+from ray_ladder.core.spec import Rung
 
 PROVIDERS = ("aws", "gcp", "azure")
 

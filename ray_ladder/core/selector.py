@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ray_ladder.constraints import Constraints
-from ray_ladder.events import Direction, TransitionEvent
-from ray_ladder.spec import Ladder
+from ray_ladder.core.constraints import Constraints
+from ray_ladder.core.events import Direction, TransitionEvent
+from ray_ladder.core.spec import Ladder
 
 
 @dataclass(frozen=True, slots=True)

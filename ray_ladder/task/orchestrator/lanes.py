@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ray.exceptions import RayTaskError, WorkerCrashedError
 
-from ray_ladder._task_calls import (
+from ray_ladder.task.orchestrator.calls import (
     MAX_BATCH,
     NODE_DIED_SUSPECT_S,
     NODE_ID,
@@ -23,10 +23,10 @@ from ray_ladder._task_calls import (
     deps_ready,
     value_of,
 )
-from ray_ladder._task_runner import CallFailed
+from ray_ladder.task.runner import CallFailed
 
 if TYPE_CHECKING:
-    from ray_ladder._task_state import TaskState
+    from ray_ladder.task.orchestrator.state import TaskState
 
 
 class Lane:

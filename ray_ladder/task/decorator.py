@@ -11,11 +11,11 @@ from typing import Any
 
 import ray
 
-from ray_ladder._orchestrator import ensure_registered, get_orchestrator
-from ray_ladder._task_native import NativePath, native_problem, native_rung
-from ray_ladder.events import TransitionEvent
-from ray_ladder.spec import Ladder, as_ladder
-from ray_ladder.task_options import TaskOptions, TaskSpec
+from ray_ladder.core.events import TransitionEvent
+from ray_ladder.core.spec import Ladder, as_ladder
+from ray_ladder.task.native import NativePath, native_problem, native_rung
+from ray_ladder.task.options import TaskOptions, TaskSpec
+from ray_ladder.task.orchestrator.registry import ensure_registered, get_orchestrator
 
 
 class LadderTask:
@@ -117,9 +117,9 @@ class LadderTask:
 
 def get_orchestrator_exists() -> bool:
     """Whether this driver has talked to its orchestrator (events() won't create one)."""
-    from ray_ladder import _orchestrator
+    from ray_ladder.task.orchestrator import registry
 
-    return bool(_orchestrator._handles)
+    return bool(registry._handles)
 
 
 def ladder_task(ladder: Ladder | str | Path | None = None, /,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ray_ladder.spec import Ladder
+from ray_ladder.core.spec import Ladder
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ray_ladder.constraints import Constraints
-from ray_ladder.spec import Ladder, Rung
+from ray_ladder.core.constraints import Constraints
+from ray_ladder.core.spec import Ladder, Rung
 
 PATHS = ("orchestrated", "native")
 

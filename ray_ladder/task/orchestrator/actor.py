@@ -6,22 +6,18 @@ import asyncio
 import json
 import logging
 import os
-import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Coroutine
-from dataclasses import replace
+from collections.abc import Coroutine
 from typing import Any
 
 import ray
 from ray import cloudpickle
 
-from ray_ladder._task_calls import Call
-from ray_ladder._task_state import TaskState
-from ray_ladder.autoscale.roles import HookRoles
-from ray_ladder.capacity import ray_node_states
-from ray_ladder.events import TransitionEvent
-from ray_ladder.placement import NodeState
-from ray_ladder.task_options import TaskSpec
+from ray_ladder.core.events import TransitionEvent
+from ray_ladder.task.options import TaskSpec
+from ray_ladder.task.orchestrator.calls import Call
+from ray_ladder.task.orchestrator.nodes import NodeCache
+from ray_ladder.task.orchestrator.state import TaskState
 
 event_logger = logging.getLogger("ray_ladder.events")
 logger = logging.getLogger(__name__)
@@ -32,55 +28,6 @@ MAX_CONCURRENCY = 10_000
 INFO_ENTRIES = 100_000
 EVENT_ENTRIES = 10_000
 REGISTRATION_TIMEOUT_S = 60.0
-
-
-class NodeCache:
-    """Node states from the GCS, refreshed in the background, minus suspected nodes.
-
-    A node that just killed an attempt is *suspected*: it counts as dead at once,
-    before the GCS's health checks confirm it, so the retry goes elsewhere.
-
-    It also reads the autoscaler hook's roles of every ladder a task follows, in the same
-    background refresh, so that the capacity views never call the GCS on the event loop.
-    """
-
-    def __init__(self, source: Callable[[], list[NodeState]] = ray_node_states) -> None:
-        self._source = source
-        self._nodes: list[NodeState] = []
-        self._suspects: dict[str, float] = {}  # node id -> suspected until (monotonic)
-        self.version = 0
-        self.refreshed_at = 0.0
-        self._hook = HookRoles()
-        self._roles: dict[str, dict[str, Any] | None] = {}  # ladder name -> hook roles
-
-    def follow(self, ladder: str) -> None:
-        """Read the hook roles of ``ladder`` from the next refresh on."""
-        self._roles.setdefault(ladder, None)
-
-    def hook_roles(self, ladder: str) -> dict[str, Any] | None:
-        """The hook roles of ``ladder`` as of the last refresh (a CapacityView hook_source)."""
-        return self._roles.get(ladder)
-
-    def refresh(self) -> None:
-        nodes = self._source()
-        for ladder in list(self._roles):
-            self._roles[ladder] = self._hook.get(ladder)
-        now = time.monotonic()
-        dead = {n.node_id for n in nodes if not n.alive}
-        self._suspects = {n: t for n, t in self._suspects.items() if t > now and n not in dead}
-        self._nodes = nodes
-        self.refreshed_at = now
-        self.version += 1
-
-    def suspect(self, node_id: str, ttl_s: float) -> None:
-        self._suspects[node_id] = max(self._suspects.get(node_id, 0.0), time.monotonic() + ttl_s)
-        self.version += 1
-
-    def nodes(self) -> list[NodeState]:
-        if not self._suspects:
-            return self._nodes
-        return [replace(n, alive=False) if n.node_id in self._suspects else n
-                for n in self._nodes]
 
 
 class LadderOrchestrator:
@@ -244,39 +191,3 @@ def _log_events_to_stderr() -> None:
         handler.setFormatter(logging.Formatter("%(name)s %(message)s"))
         event_logger.addHandler(handler)
         event_logger.propagate = False
-
-
-_handles: dict[int, Any] = {}  # core worker identity -> handle (a new ray.init: a new one)
-_registered: set[str] = set()
-
-
-def get_orchestrator() -> Any:
-    """This driver's orchestrator handle (created on first use, pinned to this node)."""
-    from ray._private.worker import global_worker
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    if not ray.is_initialized():
-        ray.init()
-    ident = id(getattr(global_worker, "core_worker", None))
-    handle = _handles.get(ident)
-    if handle is None:
-        ctx = ray.get_runtime_context()
-        handle = ray.remote(LadderOrchestrator).options(
-            name=f"ray-ladder-orchestrator-{ctx.get_job_id()}",
-            get_if_exists=True,
-            num_cpus=0,
-            max_concurrency=MAX_CONCURRENCY,
-            max_restarts=0,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(ctx.get_node_id(), soft=False),
-        ).remote()
-        _handles.clear()
-        _registered.clear()
-        _handles[ident] = handle
-    return handle
-
-
-def ensure_registered(handle: Any, key: str, spec: TaskSpec) -> None:
-    """Send ``spec`` to the orchestrator once per option set (no round trip waited on)."""
-    if key not in _registered:
-        handle.register.remote(key, cloudpickle.dumps(spec))
-        _registered.add(key)

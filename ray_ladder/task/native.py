@@ -12,14 +12,14 @@ from typing import Any
 
 import ray
 
-from ray_ladder._task_runner import make_native_runner, raise_error
-from ray_ladder.capacity import CapacityView
-from ray_ladder.context import RungContext
-from ray_ladder.events import TransitionEvent
-from ray_ladder.exceptions import Attempt, LadderExhaustedError
-from ray_ladder.selector import Selector
-from ray_ladder.spec import Ladder
-from ray_ladder.task_options import TaskOptions, TaskSpec, attempt_options, effective_ladder
+from ray_ladder.cluster.capacity import CapacityView
+from ray_ladder.core.context import RungContext
+from ray_ladder.core.events import TransitionEvent
+from ray_ladder.core.exceptions import Attempt, LadderExhaustedError
+from ray_ladder.core.selector import Selector
+from ray_ladder.core.spec import Ladder
+from ray_ladder.task.options import TaskOptions, TaskSpec, attempt_options, effective_ladder
+from ray_ladder.task.runner import make_native_runner, raise_error
 
 event_logger = logging.getLogger("ray_ladder.events")
 

@@ -10,11 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ray_ladder.spec import SLUG_PATTERN
+from ray_ladder.core.spec import SLUG_PATTERN
 
 if TYPE_CHECKING:
-    from ray_ladder.accelerators import Detection
-    from ray_ladder.spec import Rung
+    from ray_ladder.core.spec import Rung
+    from ray_ladder.node.accelerators import Detection
 
 RESOURCE_PREFIX = "ladder/"
 LABEL_ACCELERATOR = "ladder.accelerator"
@@ -33,7 +33,7 @@ class NodeResources:
     kept to check rungs that ask for ``num_gpus`` or ``accelerator_type``.
 
     Example:
-        >>> from ray_ladder.accelerators import FakeNvml, detect
+        >>> from ray_ladder.node.accelerators import FakeNvml, detect
         >>> node = node_resources(detect(FakeNvml.preset("h100x8")))
         >>> node.resources, node.labels[LABEL_ACCELERATOR]
         ({'ladder/h100': 8}, 'h100')
@@ -103,7 +103,7 @@ def node_resources(
         ValueError: for a bad site, label or resource (names the bad value).
 
     Example:
-        >>> from ray_ladder.accelerators import FakeNvml, detect
+        >>> from ray_ladder.node.accelerators import FakeNvml, detect
         >>> node = node_resources(detect(FakeNvml.preset("a100-mig")), site="onprem")
         >>> node.resources["ladder/a100-mig-1g.10gb"], node.resources["ladder/onprem-a100"]
         (7, 1)
@@ -172,8 +172,8 @@ def missing_for(rung: Rung, node: NodeResources, *, cpus: float | None = None) -
     ``cpus`` is given. Non-compute rungs need nothing.
 
     Example:
-        >>> from ray_ladder.accelerators import FakeNvml, detect
-        >>> from ray_ladder.spec import Rung
+        >>> from ray_ladder.node.accelerators import FakeNvml, detect
+        >>> from ray_ladder.core.spec import Rung
         >>> node = node_resources(detect(FakeNvml.preset("l4x1")))
         >>> missing_for(Rung(name="h100", resources={"ladder/h100": 1}), node)
         ['resource ladder/h100: rung needs 1, node advertises 0']

@@ -10,9 +10,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
-from ray_ladder._errors import issues_from_validation_error
-from ray_ladder.constraints import Constraints
-from ray_ladder.exceptions import ConfigError, ConfigIssue, InvalidConstraintsError
+from ray_ladder.core.config_errors import issues_from_validation_error
+from ray_ladder.core.constraints import Constraints
+from ray_ladder.core.exceptions import ConfigError, ConfigIssue, InvalidConstraintsError
 
 SLUG_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
 RungKind = Literal["compute", "cache", "shed"]

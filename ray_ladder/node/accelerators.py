@@ -9,7 +9,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from ray_ladder._advertise import (
+from ray_ladder.node.advertise import (
     CPU_ACCELERATOR,
     LABEL_ACCELERATOR,
     LABEL_GPU_COUNT,
@@ -21,7 +21,7 @@ from ray_ladder._advertise import (
     missing_for,
     node_resources,
 )
-from ray_ladder._nvml import (
+from ray_ladder.node.nvml import (
     NO_DRIVER_CODES,
     NVML_DEVICE_MIG_ENABLE,
     NVML_ERROR_FUNCTION_NOT_FOUND,

@@ -1,0 +1,46 @@
+"""This driver's orchestrator handle: created on first use, pinned to the driver's node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+from ray import cloudpickle
+
+from ray_ladder.task.options import TaskSpec
+from ray_ladder.task.orchestrator.actor import MAX_CONCURRENCY, LadderOrchestrator
+
+_handles: dict[int, Any] = {}  # core worker identity -> handle (a new ray.init: a new one)
+_registered: set[str] = set()
+
+
+def get_orchestrator() -> Any:
+    """This driver's orchestrator handle (created on first use, pinned to this node)."""
+    from ray._private.worker import global_worker
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if not ray.is_initialized():
+        ray.init()
+    ident = id(getattr(global_worker, "core_worker", None))
+    handle = _handles.get(ident)
+    if handle is None:
+        ctx = ray.get_runtime_context()
+        handle = ray.remote(LadderOrchestrator).options(
+            name=f"ray-ladder-orchestrator-{ctx.get_job_id()}",
+            get_if_exists=True,
+            num_cpus=0,
+            max_concurrency=MAX_CONCURRENCY,
+            max_restarts=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(ctx.get_node_id(), soft=False),
+        ).remote()
+        _handles.clear()
+        _registered.clear()
+        _handles[ident] = handle
+    return handle
+
+
+def ensure_registered(handle: Any, key: str, spec: TaskSpec) -> None:
+    """Send ``spec`` to the orchestrator once per option set (no round trip waited on)."""
+    if key not in _registered:
+        handle.register.remote(key, cloudpickle.dumps(spec))
+        _registered.add(key)
