@@ -20,7 +20,7 @@ from ray_ladder.simulate import (
 from ray_ladder.simulate.align import align
 from ray_ladder.simulate.specs import parse_trace_arg, resolve_traces
 
-DATA = Path(__file__).parent / "data" / "traces"
+DATA = Path(__file__).parent.parent / "data" / "traces"
 
 
 def test_json_trace_keeps_every_gap_as_a_step() -> None:

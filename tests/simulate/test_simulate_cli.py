@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from ray_ladder.cli import main
 from ray_ladder.simulate import simulate
 
-DATA = Path(__file__).parent / "data" / "traces"
+DATA = Path(__file__).parent.parent / "data" / "traces"
 LADDER = """
 name: t
 policy: {promotion_hysteresis: 2, max_degraded_seconds: 150}

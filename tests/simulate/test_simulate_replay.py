@@ -9,7 +9,7 @@ import pytest
 from ray_ladder import Ladder
 from ray_ladder.simulate import SimulationReport, simulate
 
-DATA = Path(__file__).parent / "data" / "traces"
+DATA = Path(__file__).parent.parent / "data" / "traces"
 # Per 100 s tick:  0  1  2  3  4  5  6  7  8  9
 # h100.json        1  1  0  0  1  0  1  1  1  1
 # a100.csv         1  1  0  0  1  1  1  1  0  0   (200 s gap: aligned onto 100 s ticks)

@@ -1,0 +1,1 @@
+"""Tests of the trace-replay simulator and its baseline policies (pure core)."""
