@@ -11,12 +11,18 @@ from rich.table import Table
 
 from ray_ladder.core.spec import load_ladder
 from ray_ladder.simulate.api import simulate as run_simulation
+from ray_ladder.simulate.baselines import ALL, POLICIES
 from ray_ladder.simulate.report import PolicyReport, SimulationReport
 from ray_ladder.simulate.specs import SPEC_FORMS, parse_duration, parse_trace_arg
 
 _TRACE_HELP = (
     "RUNG=SPEC, repeatable. SPEC: " + " | ".join(SPEC_FORMS)
     + ". Durations take s, m, h, d or w. Rungs without a trace are always obtainable."
+)
+_COMPARE_HELP = (
+    "Policies to replay side by side, repeatable: all | NAME[,NAME...] | "
+    "NAME:key=value[,key=value...]. Names: " + ", ".join(POLICIES)
+    + ". 'all' = " + " ".join(ALL) + "."
 )
 
 
@@ -40,22 +46,45 @@ def rung_table(report: SimulationReport) -> Table:
     """Rungs with their trace, obtainable fraction, warmth, quality and cost."""
     table = Table(title=f"ladder {report.ladder}: {report.ticks} ticks of "
                         f"{report.tick_s:g} s ({fmt_s(report.duration_s)})")
-    for col in ("rung", "kind", "trace", "obtainable", "warm", "quality", "cost/h"):
+    gangs = any(r.get("need", 1) > 1 for r in report.rungs)
+    cols = ["rung", "kind", "trace"] + (["needs"] if gangs else []) + [
+        "obtainable", "warm", "quality", "cost/h"]
+    for col in cols:
         table.add_column(col, no_wrap=col != "trace", overflow="fold")
     for r in report.rungs:
         source = str(r["trace"])
         if "/" in source or "\\" in source:
             source = Path(source).name  # the folder is on the command line already
-        table.add_row(r["name"], r["kind"], source, _pct(r["obtainable_fraction"]),
+        need = [str(r.get("need", 1))] if gangs else []
+        table.add_row(r["name"], r["kind"], source, *need, _pct(r["obtainable_fraction"]),
                       "yes" if r["warm"] else "no", f"{r['quality']:g}",
                       f"{r['cost_per_hour']:g}")
+    return table
+
+
+def comparison_table(report: SimulationReport) -> Table:
+    """One row per compared policy (and the oracle), the same columns for every one."""
+    top = report.rungs[0]["name"] if report.rungs else "top"
+    table = Table(title=f"policies side by side (flaps: a climb, then a fall within "
+                        f"{fmt_s(report.flap_window_s)})")
+    table.add_column("policy", min_width=12, overflow="fold")
+    for col in ("q x avail", f"on {top}", "unserved", "climbs/d", "falls/d", "flaps",
+                "$/served h"):
+        table.add_column(col, justify="right", no_wrap=True)
+    rows = [*report.comparison, report.oracle]
+    for p in rows:
+        name = "oracle (h=1, free switching)" if p is report.oracle else p.policy
+        cph = "-" if p.cost_per_served_hour is None else f"{p.cost_per_served_hour:.2f}"
+        table.add_row(name, f"{p.quality_weighted_availability:.4f}", _pct(p.top_fraction),
+                      f"{100 * p.unserved_fraction:.2f}%", f"{p.climbs_per_day:.2f}",
+                      f"{p.falls_per_day:.2f}", str(p.flaps), cph)
     return table
 
 
 def policy_table(report: SimulationReport) -> Table:
     """One column per policy (and the oracle), one row per figure."""
     columns: list[tuple[str, PolicyReport]] = [
-        (f"h={p.hysteresis}\n{fmt_s(p.hysteresis_s)}", p) for p in report.policies
+        (f"h={p.hysteresis}\n{fmt_s(p.hysteresis_s or 0.0)}", p) for p in report.policies
     ]
     columns.append(("oracle", report.oracle))
     table = Table(title="policies (oracle: hysteresis 1, no switching cost)")
@@ -110,6 +139,12 @@ def _ints(text: str) -> list[int]:
               help="Cold-start seconds after a fall onto a rung that is not warm.")
 @click.option("--warm", default=None, metavar="RUNG[,RUNG...]|none",
               help="Compute rungs with warm standby (default: rungs with standby_replicas).")
+@click.option("--compare", "compare", multiple=True, metavar="POLICY", help=_COMPARE_HELP)
+@click.option("--need", "need_args", multiple=True, metavar="RUNG=K",
+              help="Instances RUNG needs at once: obtainable only while its trace counts "
+                   ">= K (default: the rung's params.nodes, else 1; a trace's @K wins).")
+@click.option("--flap-window", default=None, metavar="DUR",
+              help="Window for counting flaps (default: one hysteresis window).")
 @click.option("--json", "json_out", default=None, type=click.Path(dir_okay=False),
               help="Write the JSON report here.")
 @click.option("--plot", "plot_out", default=None, type=click.Path(dir_okay=False),
@@ -123,6 +158,9 @@ def simulate(
     promotion_delay: str,
     demotion_delay: str,
     warm: str | None,
+    compare: tuple[str, ...],
+    need_args: tuple[str, ...],
+    flap_window: str | None,
     json_out: str | None,
     plot_out: str | None,
 ) -> None:
@@ -133,6 +171,8 @@ def simulate(
       ray-ladder simulate ladder.yaml --trace h100=h100.json --hysteresis 1,2,3,5,10
       ray-ladder simulate ladder.yaml --trace h100=markov:up=6h,down=1h,seed=1 \\
           --trace a100=outage:2h-3h --duration 7d --tick 1m --promotion-delay 341
+      ray-ladder simulate ladder.yaml --trace h100=h100.json --compare all \\
+          --compare karpenter:consolidation=on
     """
     try:
         ladder = load_ladder(ladder_file)
@@ -146,6 +186,12 @@ def simulate(
         if warm is not None:
             warm_list = [] if warm.strip() == "none" else [
                 w.strip() for w in warm.split(",") if w.strip()]
+        need: dict[str, int] = {}
+        for arg in need_args:
+            rung, sep, k = arg.partition("=")
+            if not sep or not k.strip().isdigit():
+                raise ValueError(f"--need {arg!r}: expected RUNG=K, e.g. gang=4")
+            need[rung.strip()] = int(k)
         report = run_simulation(
             ladder, specs,
             hysteresis=None if hysteresis is None else _ints(hysteresis),
@@ -154,13 +200,19 @@ def simulate(
             promotion_delay_s=parse_duration(promotion_delay),
             demotion_delay_s=parse_duration(demotion_delay),
             warm=warm_list,
+            compare=list(compare) if compare else None,
+            need=need,
+            flap_window_s=None if flap_window is None else parse_duration(flap_window),
         )
     except ValueError as err:  # ConfigError is a ValueError too
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
     console = Console()
     console.print(rung_table(report))
-    console.print(policy_table(report))
+    if report.policies:
+        console.print(policy_table(report))
+    if report.comparison:
+        console.print(comparison_table(report))
     if json_out:
         path = Path(json_out)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,8 @@ from typing import Any
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.spec import Ladder, as_ladder
 from ray_ladder.simulate.align import align
+from ray_ladder.simulate.baselines import Baseline, LadderPolicy, PolicyContext, parse_policies
+from ray_ladder.simulate.compare import run_comparison
 from ray_ladder.simulate.replay import replay
 from ray_ladder.simulate.report import SimulationReport, summarise
 from ray_ladder.simulate.specs import resolve_traces
@@ -40,19 +42,48 @@ def _standby(ladder: Ladder, name: str) -> int:
     return max(1, ladder.rung(name).standby_replicas or 0)
 
 
-def _hysteresis_list(hysteresis: int | Iterable[int] | None, ladder: Ladder) -> list[int]:
+def _hysteresis_list(hysteresis: int | Iterable[int] | None, ladder: Ladder,
+                     comparing: bool = False) -> list[int]:
     if hysteresis is None:
-        values = [ladder.policy.promotion_hysteresis]
+        values = [] if comparing else [ladder.policy.promotion_hysteresis]
     elif isinstance(hysteresis, int):
         values = [hysteresis]
     else:
         values = list(hysteresis)
-    if not values:
+    if not values and not comparing:
         raise ValueError("give at least one hysteresis value")
     for h in values:
         if isinstance(h, bool) or not isinstance(h, int) or h < 1:
             raise ValueError(f"hysteresis values must be integers >= 1, got {h!r}")
     return values
+
+
+def needs(ladder: Ladder, need: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Instances each compute rung needs at once: ``need``, else the rung's ``params.nodes``.
+
+    A rung that needs ``k`` (a training gang, a rung of ``k`` replicas) is obtainable
+    only while its trace counts at least ``k``. Rungs needing 1 are left out.
+
+    Example:
+        >>> needs(Ladder.from_dict({"name": "t", "rungs": [  # doctest: +SKIP
+        ...     {"name": "gang", "num_gpus": 8, "params": {"nodes": 4}}]}))
+        {'gang': 4}
+    """
+    out: dict[str, int] = {}
+    for rung in ladder.rungs:
+        k = rung.params.get("nodes", 1) if rung.is_compute else 1
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"rung {rung.name!r}: params.nodes must be an integer >= 1 "
+                             f"(the nodes it needs at once), got {k!r}")
+        if k > 1:
+            out[rung.name] = k
+    for name, k in (need or {}).items():
+        if name not in ladder.names or not ladder.rung(name).is_compute:
+            raise ValueError(f"need for {name!r}: not a compute rung of {ladder.name!r}")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"need for {name!r} must be an integer >= 1, got {k!r}")
+        out[name] = k
+    return {n: k for n, k in out.items() if k > 1}
 
 
 def simulate(
@@ -66,12 +97,18 @@ def simulate(
     demotion_delay_s: float = 0.0,
     warm: Collection[str] | None = None,
     constraints: Constraints | None = None,
+    compare: str | Baseline | Iterable[str | Baseline] | None = None,
+    need: Mapping[str, int] | None = None,
+    flap_window_s: float | None = None,
 ) -> SimulationReport:
     """Replay per-rung capacity traces through :class:`~ray_ladder.Selector`.
 
     One observation per tick; a compute rung without a trace is always obtainable (as
     are cache and shed rungs). Besides each policy, an oracle (hysteresis 1, no switching
-    cost) is replayed for the ``cost_oracle`` figure.
+    cost) is replayed for the ``cost_oracle`` figure. With ``compare``, the same traces
+    also go through the named policies (:mod:`ray_ladder.simulate.baselines`: the
+    ladder with measured switching costs, Ray native, GKE ComputeClass, Karpenter,
+    LiteLLM), each reported with the same figures in ``report.comparison``.
 
     Args:
         ladder: A :class:`~ray_ladder.Ladder` or a path to its file.
@@ -86,6 +123,13 @@ def simulate(
         warm: Compute rungs whose standby replicas make falls onto them instant
             (default: :func:`default_warm`).
         constraints: Restrict the eligible rungs, as for a live request.
+        compare: Policies to replay side by side: names or specs
+            (``"karpenter:consolidation=on"``, ``"all"``) or policy objects. Without
+            ``hysteresis``, comparing skips the hysteresis sweep.
+        need: Rung -> instances it needs at once (default: the rung's ``params.nodes``;
+            a trace spec's ``@K`` wins over both).
+        flap_window_s: Window for counting flaps (default: one hysteresis window of the
+            compared ladder, else of the first hysteresis value).
 
     Raises:
         ValueError: a trace for an unknown or non-compute rung, a trace shorter than the
@@ -114,8 +158,12 @@ def simulate(
         raise ValueError(f"tick_s must be > 0, got {tick_s}")
     if duration_s is not None and duration_s <= 0:
         raise ValueError(f"duration_s must be > 0, got {duration_s}")
-    hs = _hysteresis_list(hysteresis, ladder)
-    resolved, horizon = resolve_traces(traces, duration_s)
+    compared = parse_policies(compare) if compare is not None else []
+    hs = _hysteresis_list(hysteresis, ladder, comparing=bool(compared))
+    if flap_window_s is not None and flap_window_s < 0:
+        raise ValueError(f"flap_window_s must be >= 0, got {flap_window_s}")
+    need_by_rung = needs(ladder, need)
+    resolved, horizon = resolve_traces(traces, duration_s, need=need_by_rung)
     if horizon is None:
         raise ValueError("nothing bounds the replay: give duration_s (--duration) when "
                          "every trace is generated")
@@ -143,7 +191,11 @@ def simulate(
                   for n in names]
     standby = [_standby(ladder, n) * ladder.rung(n).cost_per_hour if n in warm_list else 0.0
                for n in names]
-    oracle = summarise(oracle_rep, quality=quality, cost_per_hour=cost)
+    window_h = next((p.hysteresis or ladder.policy.promotion_hysteresis for p in compared
+                     if isinstance(p, LadderPolicy)), hs[0] if hs else
+                    ladder.policy.promotion_hysteresis)
+    window = window_h * float(tick_s) if flap_window_s is None else float(flap_window_s)
+    oracle = summarise(oracle_rep, quality=quality, cost_per_hour=cost, flap_window_s=window)
     policies = []
     for h in hs:
         if h == 1 and promotion_delay_s == 0 and demotion_delay_s == 0:
@@ -154,7 +206,15 @@ def simulate(
                          constraints=constraints)
         policies.append(summarise(rep, quality=quality, cost_per_hour=cost,
                                   cost_oracle=oracle.cost, standby_per_hour=standby,
-                                  obtainable_ticks=obtainable))
+                                  obtainable_ticks=obtainable, flap_window_s=window))
+    comparison = []
+    if compared:
+        ctx = PolicyContext.build(ladder, timeline, warm=warm_list, constraints=constraints)
+        comparison = run_comparison(
+            ctx, compared, quality=quality, cost_per_hour=cost, cost_oracle=oracle.cost,
+            obtainable_ticks=obtainable, flap_window_s=window, oracle=oracle_rep,
+            standby_rate=lambda n: _standby(ladder, n) * ladder.rung(n).cost_per_hour,
+        )
     rungs: list[dict[str, Any]] = []
     for name, q, c in zip(names, quality, cost, strict=True):
         rung = ladder.rung(name)
@@ -163,10 +223,12 @@ def simulate(
             "name": name, "kind": rung.kind, "quality": q, "cost_per_hour": c,
             "warm": name in warm_list or not rung.is_compute,
             "trace": ordered[name].source if traced else "always (no trace)",
+            "need": need_by_rung.get(name, 1),
             "obtainable_fraction": obtainable[names.index(name)] / ticks,
         })
     return SimulationReport(
         ladder=ladder.name, rungs=rungs, ticks=ticks, tick_s=float(tick_s),
         duration_s=ticks * float(tick_s), warm=[n for n in names if n in warm_list],
         oracle=oracle, policies=policies, timeline=timeline, traces=resolved,
+        comparison=comparison, flap_window_s=window,
     )

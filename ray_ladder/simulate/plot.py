@@ -1,11 +1,13 @@
 """PNG of a simulation: rung over time per policy, the traces underneath, the trade-off."""
+# With compared policies (``compare=``) the rows are those policies and the trade-off
+# panels put quality-weighted availability against churn and against cost.
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ray_ladder.simulate.report import SimulationReport
+from ray_ladder.simulate.report import PolicyReport, SimulationReport
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -21,16 +23,19 @@ def _time_unit(duration_s: float) -> tuple[float, str]:
     return 1.0, "seconds"
 
 
-def plot_report(report: SimulationReport, path: str | Path, *, max_policies: int = 6) -> Path:
+def plot_report(report: SimulationReport, path: str | Path, *, max_policies: int = 8) -> Path:
     """Write a PNG: served rung over time (one row per policy), the traces, the trade-off.
 
     matplotlib is imported here, not at module load, and drawn with the Agg canvas
-    (no display, no global backend switch).
+    (no display, no global backend switch). When the report compares policies
+    (``compare=``), the rows are the compared policies and the trade-off shows each of
+    them: quality-weighted availability against moves per day, and against the cost per
+    served hour; otherwise the rows are the hysteresis sweep.
 
     Args:
         report: What :func:`~ray_ladder.simulate.simulate` returned.
         path: Where to write the PNG (parent folders are created).
-        max_policies: Timeline rows drawn (the trade-off plot shows every policy).
+        max_policies: Timeline rows drawn (the trade-off plots show every policy).
 
     Example:
         >>> plot_report(report, "sim-out/gpu.png")  # doctest: +SKIP
@@ -38,7 +43,7 @@ def plot_report(report: SimulationReport, path: str | Path, *, max_policies: int
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    policies = report.policies[:max_policies]
+    policies = (report.comparison or report.policies)[:max_policies]
     traced = list(report.timeline.names)
     heights = [1.4] * len(policies) + [0.55] * len(traced) + [3.2]
     fig = Figure(figsize=(11, 1.0 + sum(heights)), layout="constrained")
@@ -63,9 +68,12 @@ def plot_report(report: SimulationReport, path: str | Path, *, max_policies: int
         ax.step(xs, ys, where="post", lw=0.8, color="tab:blue")
         ax.set_yticks(range(len(labels)), labels, fontsize=7)
         ax.set_ylim(len(labels) - 0.5, -0.5)
-        ax.set_ylabel(f"h={policy.hysteresis}", fontsize=8)
+        ax.set_ylabel(_short(policy), fontsize=8, rotation=0, ha="right", va="center")
         ax.tick_params(labelbottom=False)
-        if row == 0:
+        if row == 0 and report.comparison:
+            ax.set_title(f"{report.ladder}: served rung per policy (tick {report.tick_s:g} s)",
+                         fontsize=9)
+        elif row == 0:
             ax.set_title(
                 f"{report.ladder}: served rung (tick {report.tick_s:g} s, promotion delay "
                 f"{policy.promotion_delay_s:g} s, demotion delay {policy.demotion_delay_s:g} s)",
@@ -90,7 +98,11 @@ def plot_report(report: SimulationReport, path: str | Path, *, max_policies: int
             ax.set_xlabel(f"time ({unit_name}); green: trace says obtainable")
     if first is not None:
         first.set_xlim(0, end)
-    _tradeoff(fig.add_subplot(grid[-1]), report)
+    if report.comparison:
+        bottom = grid[-1].subgridspec(1, 2)
+        _compare_tradeoff(fig.add_subplot(bottom[0]), fig.add_subplot(bottom[1]), report)
+    else:
+        _tradeoff(fig.add_subplot(grid[-1]), report)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
@@ -114,3 +126,34 @@ def _tradeoff(ax: Axes, report: SimulationReport) -> None:
     ax.set_title("trade-off: fewer climbs cost degraded time", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+
+
+def _short(policy: PolicyReport) -> str:
+    """A row label: ``h=2`` for the sweep, the policy's name (and options) otherwise."""
+    if policy.label.startswith("ladder h="):
+        return policy.label.removeprefix("ladder ")
+    return policy.policy.replace(" (", "\n(").replace(", ", ",\n").replace(
+        "when_unsatisfiable=", "")
+
+
+def _compare_tradeoff(churn: Axes, money: Axes, report: SimulationReport) -> None:
+    """Quality-weighted availability against moves per day, and against cost per hour."""
+    markers = "osD^vP<>Xh"
+    for n, p in enumerate([*report.comparison, report.oracle]):
+        oracle = p is report.oracle
+        style: dict[str, Any] = {
+            "marker": "*" if oracle else markers[n % len(markers)], "ls": "none",
+            "ms": 11 if oracle else 7, "color": "k" if oracle else f"C{n}",
+            "label": "oracle (h=1, free switching)" if oracle else p.policy}
+        qwa = p.quality_weighted_availability
+        churn.plot([p.climbs_per_day + p.falls_per_day], [qwa], **style)
+        if p.cost_per_served_hour is not None:
+            money.plot([p.cost_per_served_hour], [qwa], **style)
+    churn.set_xlabel("climbs + falls per day")
+    churn.set_ylabel("quality-weighted availability")
+    churn.set_title("availability against churn", fontsize=9)
+    money.set_xlabel("cost per served hour (serving + starting + standby)")
+    money.set_title("availability against cost", fontsize=9)
+    for ax in (churn, money):
+        ax.grid(alpha=0.3)
+    money.legend(fontsize=7, loc="lower right")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from itertools import pairwise
+from typing import Any
 
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.selector import Selector
@@ -21,22 +22,29 @@ class Replay:
     ``starting`` lists ``(time, rung index)`` each time the rung whose replicas are
     starting changes (``-1``: none); ``target`` lists ``(tick, rung index)`` each time
     the selector's decision changes. Indices point into ``names`` (the eligible rungs).
+
+    The baseline policies (:mod:`ray_ladder.simulate.baselines`) fill the same record:
+    ``policy`` names the one that ran (``"ladder"`` for the selector), ``params`` its
+    parameters, and ``hysteresis`` is ``None`` for policies that have none.
     """
 
     names: list[str]
     ticks: int
     tick_s: float
-    hysteresis: int
+    hysteresis: int | None
     promotion_delay_s: float
     demotion_delay_s: float
     warm: list[str]
     served: list[tuple[float, int]] = field(default_factory=list)
     starting: list[tuple[float, int]] = field(default_factory=list)
-    target: list[tuple[int, int]] = field(default_factory=list)
+    target: list[tuple[float, int]] = field(default_factory=list)
     falls: int = 0
     climbs: int = 0
     climbs_abandoned: int = 0
     alerts: int = 0
+    policy: str = "ladder"
+    params: dict[str, Any] = field(default_factory=dict)
+    fall_delay_s: float = 0.0
 
     def served_per_tick(self) -> list[str | None]:
         """The rung serving at each tick once its observation is handled (``None``: none).
@@ -65,6 +73,7 @@ def replay(
     demotion_delay_s: float = 0.0,
     warm: Collection[str] = (),
     constraints: Constraints | None = None,
+    fall_delay_s: float = 0.0,
 ) -> Replay:
     """Feed one observation per tick to a fresh :class:`~ray_ladder.Selector`.
 
@@ -75,8 +84,9 @@ def replay(
       while the new rung's replicas start, for ``promotion_delay_s``. If the selector
       moves elsewhere meanwhile, the climb is abandoned. If the old rung is lost
       meanwhile, nothing is served until the new one is up.
-    * Fall: the new rung serves at once when it is warm (``warm``, or a cache/shed
-      rung); otherwise nothing is served for ``demotion_delay_s`` (a cold start).
+    * Fall: the new rung serves ``fall_delay_s`` later when it is warm (``warm``, or a
+      cache/shed rung: the time to notice the loss and re-route, 0 by default);
+      otherwise nothing is served for ``demotion_delay_s`` (a cold start).
     * A rung whose replicas are starting is billed (see the report), not served.
 
     Args:
@@ -85,8 +95,11 @@ def replay(
         hysteresis: Promotion hysteresis in observations (default: the ladder's).
         promotion_delay_s: Seconds from a climb decision to the new rung serving.
         demotion_delay_s: Seconds a cold rung needs to serve after a fall.
-        warm: Compute rungs kept warm (standby replicas): falls onto them are instant.
+        warm: Compute rungs kept warm (standby replicas): falls onto them take only
+            ``fall_delay_s``.
         constraints: Restrict the eligible rungs, as for a live request.
+        fall_delay_s: Seconds a fall onto a warm rung serves nothing (detection and
+            re-routing); 0: instant.
     """
     selector = Selector(ladder, constraints, promotion_hysteresis=hysteresis)
     names = selector.eligible
@@ -95,7 +108,8 @@ def replay(
     tick = timeline.tick_s
     kinds = [ladder.rung(name).kind for name in names]
     warm_set = set(warm)
-    cold = [0.0 if kind != "compute" or name in warm_set else demotion_delay_s / tick
+    warm_fall = fall_delay_s / tick
+    cold = [warm_fall if kind != "compute" or name in warm_set else demotion_delay_s / tick
             for name, kind in zip(names, kinds, strict=True)]
     promote = promotion_delay_s / tick
     # One observation dict (and one "obtainable by rung index" list) per distinct row:
@@ -104,7 +118,8 @@ def replay(
     untraced = {name: True for name, kind in zip(names, kinds, strict=True)
                 if kind == "compute" and name not in timeline.names}
     result = Replay(names, timeline.ticks, tick, selector.hysteresis, promotion_delay_s,
-                    demotion_delay_s, [n for n in names if n in warm_set])
+                    demotion_delay_s, [n for n in names if n in warm_set],
+                    fall_delay_s=fall_delay_s)
     served_log, starting_log, target_log = result.served, result.starting, result.target
     served_log.append((0.0, -1))
     observe = selector.observe

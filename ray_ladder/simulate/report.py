@@ -15,13 +15,18 @@ from ray_ladder.simulate.traces import Trace
 
 @dataclass(frozen=True)
 class PolicyReport:
-    """The figures of one policy (hysteresis + switching delays) over one replay.
+    """The figures of one policy (the ladder at a hysteresis, or a baseline) over one replay.
 
     Seconds are simulated seconds. "Degraded" means served below the best eligible
-    rung, or nothing served; an episode is one unbroken degraded stretch.
+    rung, or nothing served; an episode is one unbroken degraded stretch. Every policy
+    has every figure, so baselines and the ladder compare column by column.
 
     Attributes:
-        hysteresis: Promotion hysteresis, in observations (ticks).
+        policy: Which policy: ``"ladder"`` or a baseline's label (``"karpenter"``,
+            ``"gke-computeclass (when_unsatisfiable=ScaleUpAnyway)"``).
+        params: The policy's parameters.
+        hysteresis: Promotion hysteresis, in observations (ticks); ``None`` for
+            baselines, which have none.
         hysteresis_s: The same in seconds (``hysteresis * tick_s``).
         promotion_delay_s: Seconds from a climb decision to the new rung serving.
         demotion_delay_s: Cold-start seconds after a fall onto a rung that is not warm.
@@ -33,6 +38,10 @@ class PolicyReport:
         climbs_abandoned: Climbs dropped because the selector moved on before the new
             rung was up (only with ``promotion_delay_s > 0``).
         climbs_per_day: ``climbs`` per simulated day.
+        falls_per_day: ``falls`` per simulated day.
+        flaps: Climbs followed by a fall (the next move) within ``flap_window_s``.
+        flap_window_s: The window flaps are counted in (one hysteresis window).
+        top_fraction: Share of time the best eligible rung served.
         degraded_s_total: Seconds degraded in all.
         degraded_episodes: Number of degraded episodes.
         degraded_longest_s: Longest episode.
@@ -47,6 +56,8 @@ class PolicyReport:
         cost_standby_by_rung: ``cost_standby`` split by rung.
         cost_always_top: The bill for holding the best eligible rung the whole time.
         cost_oracle: The bill of the oracle (hysteresis 1, no switching cost).
+        cost_per_served_hour: ``(cost + cost_standby)`` per hour something served
+            (``None`` when nothing ever served): the whole bill per hour of service.
         replay: The raw replay (change points), for plots; not in :meth:`to_dict`.
 
     Example:
@@ -54,8 +65,10 @@ class PolicyReport:
         {'h100': 0.48, 'a100': 0.2, 'l4': 0.25, 'cpu': 0.07, 'cache': 0.0, 'shed': 0.0}
     """
 
-    hysteresis: int
-    hysteresis_s: float
+    policy: str
+    params: dict[str, Any]
+    hysteresis: int | None
+    hysteresis_s: float | None
     promotion_delay_s: float
     demotion_delay_s: float
     rung_fraction: dict[str, float]
@@ -64,6 +77,10 @@ class PolicyReport:
     climbs: int
     climbs_abandoned: int
     climbs_per_day: float
+    falls_per_day: float
+    flaps: int
+    flap_window_s: float
+    top_fraction: float
     degraded_s_total: float
     degraded_episodes: int
     degraded_longest_s: float
@@ -76,7 +93,15 @@ class PolicyReport:
     cost_standby_by_rung: dict[str, float]
     cost_always_top: float
     cost_oracle: float
+    cost_per_served_hour: float | None
     replay: Replay = field(repr=False, compare=False)
+
+    @property
+    def label(self) -> str:
+        """``policy``, with the hysteresis for the ladder's sweep: ``"ladder h=2"``."""
+        if self.policy == "ladder" and self.hysteresis is not None and not self.params:
+            return f"ladder h={self.hysteresis}"
+        return self.policy
 
     @property
     def cost_vs_top(self) -> float | None:
@@ -109,7 +134,9 @@ class SimulationReport:
         duration_s: ``ticks * tick_s``.
         warm: Compute rungs treated as warm (instant falls).
         oracle: Hysteresis 1 and no switching cost: the best any policy can do.
-        policies: One report per policy, in the order asked.
+        policies: One report per ``hysteresis`` value, in the order asked.
+        comparison: One report per compared policy (``compare=``), in the order asked.
+        flap_window_s: The window every report counts flaps in.
         timeline: The aligned observations (not in :meth:`to_dict`).
         traces: The traces replayed (not in :meth:`to_dict`).
 
@@ -128,6 +155,21 @@ class SimulationReport:
     policies: list[PolicyReport]
     timeline: Timeline = field(repr=False, compare=False)
     traces: dict[str, Trace] = field(repr=False, compare=False)
+    comparison: list[PolicyReport] = field(default_factory=list)
+    flap_window_s: float = 0.0
+
+    def compared(self, label: str) -> PolicyReport:
+        """The compared policy with this label (``"karpenter"``, ``"ladder"``, ...).
+
+        Example:
+            >>> report.compared("ray-native").quality_weighted_availability  # doctest: +SKIP
+            0.61
+        """
+        for p in self.comparison:
+            if p.policy == label:
+                return p
+        raise KeyError(f"no compared policy {label!r}; have "
+                       f"{[p.policy for p in self.comparison]}")
 
     def policy(self, hysteresis: int) -> PolicyReport:
         """The report of the policy with this hysteresis."""
@@ -146,8 +188,10 @@ class SimulationReport:
             "tick_s": self.tick_s,
             "duration_s": self.duration_s,
             "warm": self.warm,
+            "flap_window_s": self.flap_window_s,
             "oracle": self.oracle.to_dict(),
             "policies": [p.to_dict() for p in self.policies],
+            "comparison": [p.to_dict() for p in self.comparison],
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -174,6 +218,34 @@ def p95(values: list[float]) -> float:
     return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
 
 
+def count_flaps(target: list[tuple[float, int]], n: int, window_ticks: float) -> int:
+    """Climbs whose next move is a fall at most ``window_ticks`` later.
+
+    ``target`` is a decision log (``(time, rung index)``, ``-1`` for none, below every
+    rung); a decision at time 0 is the start, not a move.
+
+    Example:
+        >>> count_flaps([(0, 1), (3, 0), (4, 1), (10, 0), (20, 1)], n=2, window_ticks=2)
+        1
+    """
+    flaps = 0
+    prev = -1
+    climb_at: float | None = None
+    for t, idx in target:
+        if t == 0 and climb_at is None and prev == -1:
+            prev = idx  # the start
+            continue
+        up = (idx if idx >= 0 else n) < (prev if prev >= 0 else n)
+        if up:
+            climb_at = t
+        else:
+            if climb_at is not None and t - climb_at <= window_ticks + 1e-9:
+                flaps += 1
+            climb_at = None
+        prev = idx
+    return flaps
+
+
 def summarise(
     rep: Replay,
     *,
@@ -182,6 +254,7 @@ def summarise(
     cost_oracle: float | None = None,
     standby_per_hour: list[float] | None = None,
     obtainable_ticks: list[int] | None = None,
+    flap_window_s: float | None = None,
 ) -> PolicyReport:
     """Turn a replay's change points into a :class:`PolicyReport`.
 
@@ -193,6 +266,7 @@ def summarise(
         standby_per_hour: Standby bill per hour of each rung while it idles warm (0 for
             rungs that are not warm); ``None``: no standby.
         obtainable_ticks: Ticks each rung is obtainable (needed with ``standby_per_hour``).
+        flap_window_s: Window for flaps (default: this replay's hysteresis, else a tick).
     """
     ticks, tick = rep.ticks, rep.tick_s
     units = [0.0] * len(rep.names)
@@ -229,9 +303,15 @@ def summarise(
             standby[name] = rate * max(0.0, ok - u - su) * hours
     cost = sum(c * u * hours for c, u in zip(cost_per_hour, units, strict=True)) + starting
     days = ticks * tick / 86400.0
+    if flap_window_s is None:
+        flap_window_s = (rep.hysteresis or 1) * tick
+    served_hours = (ticks - unserved) * hours
+    standby_total = sum(standby.values())
     return PolicyReport(
+        policy=rep.policy,
+        params=dict(rep.params),
         hysteresis=rep.hysteresis,
-        hysteresis_s=rep.hysteresis * tick,
+        hysteresis_s=None if rep.hysteresis is None else rep.hysteresis * tick,
         promotion_delay_s=rep.promotion_delay_s,
         demotion_delay_s=rep.demotion_delay_s,
         rung_fraction={name: u / ticks for name, u in zip(rep.names, units, strict=True)},
@@ -240,6 +320,10 @@ def summarise(
         climbs=rep.climbs,
         climbs_abandoned=rep.climbs_abandoned,
         climbs_per_day=rep.climbs / days,
+        falls_per_day=rep.falls / days,
+        flaps=count_flaps(rep.target, len(rep.names), flap_window_s / tick),
+        flap_window_s=flap_window_s,
+        top_fraction=units[0] / ticks if units else 0.0,
         degraded_s_total=sum(episodes),
         degraded_episodes=len(episodes),
         degraded_longest_s=max(episodes, default=0.0),
@@ -249,9 +333,11 @@ def summarise(
             q * u for q, u in zip(quality, units, strict=True)) / ticks,
         cost=cost,
         cost_starting=starting,
-        cost_standby=sum(standby.values()),
+        cost_standby=standby_total,
         cost_standby_by_rung=standby,
         cost_always_top=cost_per_hour[0] * ticks * hours,
         cost_oracle=cost if cost_oracle is None else cost_oracle,
+        cost_per_served_hour=(cost + standby_total) / served_hours if served_hours > 1e-12
+        else None,
         replay=rep,
     )

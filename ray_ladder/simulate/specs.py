@@ -18,9 +18,11 @@ from ray_ladder.simulate.traces import (
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([smhdw]?)\s*$")
 _MARKOV_KEYS = ("up", "down", "seed", "gap", "start")
+_NEED = re.compile(r"^(.*\S)\s*@\s*([0-9]+)\s*$")
 SPEC_FORMS = ("FILE.json", "FILE.csv", "always", "never",
               "markov:up=DUR,down=DUR[,seed=N][,gap=DUR][,start=up|down]",
-              "outage:START-END[,START-END...]")
+              "outage:START-END[,START-END...]",
+              "any of these + @K (obtainable when the trace counts >= K)")
 
 
 def parse_duration(text: str | float) -> float:
@@ -39,8 +41,25 @@ def parse_duration(text: str | float) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
+def split_need(spec: str) -> tuple[str, int | None]:
+    """Split a spec's ``@K`` suffix (the instances a rung needs at once) from the spec.
+
+    Example:
+        >>> split_need("traces/v100_16.json@8"), split_need("always")
+        (('traces/v100_16.json', 8), ('always', None))
+    """
+    match = _NEED.match(spec)
+    if match is None:
+        return spec.strip(), None
+    k = int(match.group(2))
+    if k < 1:
+        raise ValueError(f"trace {spec!r}: @K needs K >= 1 (the instances the rung needs)")
+    return match.group(1).strip(), k
+
+
 def is_generated(spec: str) -> bool:
     """Whether ``spec`` names a generator (not a file)."""
+    spec = split_need(spec)[0]
     return spec in ("always", "never") or spec.startswith(("markov:", "outage:"))
 
 
@@ -50,7 +69,8 @@ def parse_trace_spec(spec: str, *, duration_s: float | None = None) -> Trace:
     Forms: a ``.json`` or ``.csv`` file; ``always``; ``never``;
     ``markov:up=1h,down=10m[,seed=1][,gap=60][,start=up|down]`` (mean up and down
     times; needs ``duration_s``); ``outage:100-400,900-1000`` (windows without capacity).
-    Durations take an optional unit: s, m, h, d, w.
+    Durations take an optional unit: s, m, h, d, w. A suffix ``@K`` keeps only the times
+    the trace counts at least ``K`` instances (a rung that needs ``K`` nodes at once).
 
     Example:
         >>> parse_trace_spec("outage:1m-2m").starts
@@ -58,7 +78,9 @@ def parse_trace_spec(spec: str, *, duration_s: float | None = None) -> Trace:
         >>> parse_trace_spec("markov:up=1h,down=10m,seed=3", duration_s=86400).source
         'markov:up=3600,down=600,seed=3,gap=60'
     """
-    spec = spec.strip()
+    spec, need = split_need(spec)
+    if need is not None:
+        return parse_trace_spec(spec, duration_s=duration_s).at_least(need)
     if spec == "always":
         return always_on()
     if spec == "never":
@@ -128,12 +150,15 @@ def parse_trace_arg(text: str) -> tuple[str, str]:
 
 
 def resolve_traces(
-    specs: Mapping[str, Trace | str | Path], duration_s: float | None = None
+    specs: Mapping[str, Trace | str | Path],
+    duration_s: float | None = None,
+    need: Mapping[str, int] | None = None,
 ) -> tuple[dict[str, Trace], float | None]:
     """Turn specs into traces and find the horizon to replay.
 
     Files load first; the horizon is ``duration_s`` or else the shortest file trace, and
-    generated traces are then built for that horizon.
+    generated traces are then built for that horizon. ``need`` gives, per rung, the
+    instances it needs at once; a spec's own ``@K`` wins over it.
 
     Returns:
         ``(traces, horizon_s)``; ``horizon_s`` is ``None`` when nothing bounds it.
@@ -158,4 +183,9 @@ def resolve_traces(
         horizon = min(bounded) if bounded else None
     for rung, spec in generated.items():
         traces[rung] = parse_trace_spec(spec, duration_s=horizon)
+    for rung, k in (need or {}).items():
+        given = specs.get(rung)
+        own = isinstance(given, (str, Path)) and split_need(str(given))[1] is not None
+        if rung in traces and not own:
+            traces[rung] = traces[rung].at_least(k)
     return {rung: traces[rung] for rung in specs}, horizon

@@ -29,7 +29,11 @@ class Trace:
     ``values[i]`` holds from ``starts[i]`` until ``starts[i + 1]`` (the last one until
     ``duration_s``, or for ever when that is ``None``). Build traces with
     :func:`load_trace`, :func:`always_on`, :func:`never_on`, :func:`markov_trace`,
-    :func:`outage_trace` or :meth:`from_steps`.
+    :func:`outage_trace`, :meth:`from_steps` or :meth:`from_counts`.
+
+    Traces loaded from files also keep ``counts``: how many instances could be had in
+    each step (the multi-node spot traces count 0 to 16). :meth:`at_least` turns them
+    into the on/off trace of a rung that needs ``k`` of them at once.
 
     Attributes:
         starts: Change times in seconds, strictly increasing, ``starts[0] == 0``.
@@ -38,6 +42,8 @@ class Trace:
         resolution_s: The trace's natural sampling gap (the simulator's default tick),
             or ``None`` when it has none.
         source: Where it came from (file path or generator spec), for reports.
+        counts: Instances obtainable during each step (``values[i]`` is
+            ``counts[i] > 0``), or ``None`` for on/off traces (generated ones).
 
     Example:
         >>> t = Trace.from_steps([(0, True), (600, False)], duration_s=1200, resolution_s=600)
@@ -50,6 +56,7 @@ class Trace:
     duration_s: float | None = None
     resolution_s: float | None = None
     source: str = "<trace>"
+    counts: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.starts or len(self.starts) != len(self.values):
@@ -65,6 +72,12 @@ class Trace:
             )
         if self.resolution_s is not None and self.resolution_s <= 0:
             raise ValueError(f"resolution_s must be > 0, got {self.resolution_s}")
+        if self.counts is not None and (
+            len(self.counts) != len(self.values)
+            or any(c < 0 or (c > 0) != v for c, v in zip(self.counts, self.values, strict=True))
+        ):
+            raise ValueError("trace counts must be >= 0, one per step, and > 0 exactly "
+                             "where the step is obtainable")
 
     @classmethod
     def from_steps(
@@ -92,6 +105,61 @@ class Trace:
             starts.append(float(start))
             values.append(bool(value))
         return cls(tuple(starts), tuple(values), duration_s, resolution_s, source)
+
+    @classmethod
+    def from_counts(
+        cls,
+        steps: Iterable[tuple[float, int]],
+        *,
+        duration_s: float | None = None,
+        resolution_s: float | None = None,
+        source: str = "<trace>",
+    ) -> Trace:
+        """Build a trace from ``(start_s, instances obtainable)`` steps; equal neighbours merge.
+
+        Example:
+            >>> t = Trace.from_counts([(0, 16), (300, 16), (600, 5), (900, 0)])
+            >>> t.starts, t.counts, t.values
+            ((0.0, 600.0, 900.0), (16, 5, 0), (True, True, False))
+        """
+        starts: list[float] = []
+        counts: list[int] = []
+        for start, count in steps:
+            if starts and float(start) == starts[-1]:
+                starts.pop()  # two steps at one time: the later one wins
+                counts.pop()
+            if counts and int(count) == counts[-1]:
+                continue
+            starts.append(float(start))
+            counts.append(int(count))
+        return cls(tuple(starts), tuple(c > 0 for c in counts), duration_s, resolution_s,
+                   source, tuple(counts))
+
+    def at_least(self, k: int) -> Trace:
+        """The on/off trace of a rung that needs ``k`` instances at once (a gang of ``k``).
+
+        Obtainable exactly where the trace counts at least ``k``. ``k == 1`` returns the
+        trace itself.
+
+        Raises:
+            ValueError: ``k < 1``, or ``k > 1`` on an on/off trace (one without counts).
+
+        Example:
+            >>> t = Trace.from_counts([(0, 16), (300, 5), (600, 0)], duration_s=900)
+            >>> t.at_least(8).values, t.at_least(8).source
+            ((True, False), '<trace>@8')
+        """
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"a rung needs at least 1 instance, got {k!r}")
+        if k == 1:
+            return self
+        if self.counts is None:
+            raise ValueError(f"trace {self.source} is on/off (it counts no instances): a "
+                             f"rung that needs {k} would never be obtainable; give a trace "
+                             "file with counts")
+        steps = [(s, c >= k) for s, c in zip(self.starts, self.counts, strict=True)]
+        return Trace.from_steps(steps, duration_s=self.duration_s,
+                                resolution_s=self.resolution_s, source=f"{self.source}@{k}")
 
     def at(self, t: float) -> bool:
         """Whether the rung is obtainable at time ``t`` (seconds)."""
@@ -236,7 +304,8 @@ def load_trace(path: str | Path) -> Trace:
     one row per change or sample, ``t_s,available`` (header optional, ``#`` comments
     allowed); each value holds until the next row, the last one for the smallest gap
     between rows. Times are shifted so the first row is time 0. Any count > 0 (or
-    ``true``) means obtainable.
+    ``true``) means obtainable; the counts are kept (``Trace.counts``) for rungs that
+    need several instances (:meth:`Trace.at_least`).
 
     Raises:
         ValueError: naming the file and what is wrong with it.
@@ -274,6 +343,19 @@ def _truthy(raw: object, where: str) -> bool:
     raise ValueError(f"{where}: availability must be a count or true/false, got {raw!r}")
 
 
+def _count(raw: object, where: str) -> int:
+    """Instances a trace value counts: a number (rounded up), or 1/0 for true/false."""
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        return math.ceil(raw) if raw > 0 else 0
+    if isinstance(raw, str):
+        try:
+            value = float(raw.strip())
+        except ValueError:
+            return int(_truthy(raw, where))
+        return math.ceil(value) if value > 0 else 0
+    return int(_truthy(raw, where))
+
+
 def _parse_json(text: str, source: str) -> Trace:
     try:
         doc = json.loads(text)
@@ -290,10 +372,10 @@ def _parse_json(text: str, source: str) -> Trace:
     data = doc["data"]
     if not isinstance(data, list) or not data:
         raise ValueError(f"trace {source}: 'data' must be a non-empty list")
-    steps = [(i * float(gap), _truthy(v, f"trace {source}: data[{i}]"))
+    steps = [(i * float(gap), _count(v, f"trace {source}: data[{i}]"))
              for i, v in enumerate(data)]
-    return Trace.from_steps(steps, duration_s=len(data) * float(gap),
-                            resolution_s=float(gap), source=source)
+    return Trace.from_counts(steps, duration_s=len(data) * float(gap),
+                             resolution_s=float(gap), source=source)
 
 
 def _parse_csv(text: str, source: str) -> Trace:
@@ -310,12 +392,12 @@ def _parse_csv(text: str, source: str) -> Trace:
     if len(rows) < 2:
         raise ValueError(f"trace {source}: a CSV trace needs at least 2 rows")
     times: list[float] = []
-    steps: list[tuple[float, bool]] = []
+    steps: list[tuple[float, int]] = []
     for n, row in enumerate(rows, start=1):
         where = f"trace {source}: row {n}"
         try:
             t = float(row[t_col])
-            value = _truthy(row[a_col], where)
+            value = _count(row[a_col], where)
         except (IndexError, ValueError) as err:
             raise ValueError(f"{where}: expected 't_s,available', got {row} ({err})") from None
         if times and t <= times[-1]:
@@ -323,8 +405,8 @@ def _parse_csv(text: str, source: str) -> Trace:
         times.append(t)
         steps.append((t - times[0], value))
     gap = min(b - a for a, b in pairwise(times))
-    return Trace.from_steps(steps, duration_s=times[-1] - times[0] + gap,
-                            resolution_s=gap, source=source)
+    return Trace.from_counts(steps, duration_s=times[-1] - times[0] + gap,
+                             resolution_s=gap, source=source)
 
 
 def _is_number(text: str) -> bool:

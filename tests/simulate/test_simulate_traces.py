@@ -43,7 +43,9 @@ def test_csv_with_absolute_times_starts_at_its_first_row() -> None:
 def test_json_counts_above_one_mean_obtainable(tmp_path: Path) -> None:
     p = tmp_path / "t.json"
     p.write_text(json.dumps({"gap_seconds": 60, "data": [0, 3, 8]}))
-    assert load_trace(p).values == (False, True)
+    t = load_trace(p)
+    assert [t.at(x) for x in (0, 60, 120)] == [False, True, True]
+    assert t.counts == (0, 3, 8)  # kept for rungs that need several instances
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,173 @@
+"""GKE custom ComputeClass: node priorities, fall when provisioning fails, active migration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ray_ladder.simulate.baselines.base import (
+    INF,
+    Baseline,
+    Engine,
+    PolicyContext,
+    Stepper,
+    best,
+    drive,
+)
+from ray_ladder.simulate.replay import Replay
+
+WHEN_UNSATISFIABLE = ("DoNotScaleUp", "ScaleUpAnyway")
+
+
+@dataclass(frozen=True)
+class GkeComputeClass(Baseline):
+    """A GKE custom ComputeClass whose ``priorities`` are the ladder's compute rungs.
+
+    The model:
+
+    * **Fall**: when the serving node's capacity is lost, the pod is pending. An existing
+      node of the class (a *resident* rung: one without a trace, a pool you own) takes it at
+      once (kube-scheduler); it serves ``start_s`` later. Otherwise the cluster
+      autoscaler walks the priorities from the top: a rule whose capacity is not
+      obtainable fails after ``provision_fail_s`` and the next one is tried (GKE moves on
+      at once after a stock-out error, one autoscaler scan); the first obtainable rule's
+      node serves ``start_s`` after it is asked for.
+    * **No rule satisfiable**: ``whenUnsatisfiable: DoNotScaleUp`` leaves the pod pending
+      (nothing served) until a rule can be had again; ``ScaleUpAnyway`` creates a node of
+      GKE's default machine series instead, modelled as the ladder's *last compute rung*,
+      served whatever its trace says (general-purpose capacity is taken to be there).
+    * **Climb**: with ``activeMigration.optimizeRulePriority`` (``active_migration``),
+      when a higher-priority rule is obtainable GKE provisions it and moves the pod;
+      the old node serves until the move, ``climb_s`` after it starts (one whole
+      measured cycle: provision, cordon, drain, move, delete). A migration whose target
+      is lost meanwhile is abandoned. Without active migration it never climbs.
+
+    Attributes:
+        climb_s: Seconds of one active-migration cycle (measured: 341).
+        provision_fail_s: Seconds the autoscaler spends on a rule it cannot provision.
+        start_s: Seconds from asking for a node (or placing on one) to the pod serving.
+        active_migration: ``activeMigration.optimizeRulePriority``.
+        when_unsatisfiable: ``DoNotScaleUp`` or ``ScaleUpAnyway``.
+
+    Example:
+        >>> from ray_ladder.simulate.baselines import GkeComputeClass
+        >>> GkeComputeClass(when_unsatisfiable="ScaleUpAnyway").label
+        'gke-computeclass (when_unsatisfiable=ScaleUpAnyway)'
+    """
+
+    name: ClassVar[str] = "gke-computeclass"
+    climb_s: float = 341.0
+    provision_fail_s: float = 10.0
+    start_s: float = 10.0
+    active_migration: bool = True
+    when_unsatisfiable: str = "DoNotScaleUp"
+
+    def __post_init__(self) -> None:
+        for key in ("climb_s", "provision_fail_s", "start_s"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"gke-computeclass: {key} must be >= 0, got "
+                                 f"{getattr(self, key)}")
+        if self.when_unsatisfiable not in WHEN_UNSATISFIABLE:
+            raise ValueError(f"gke-computeclass: when_unsatisfiable must be one of "
+                             f"{WHEN_UNSATISFIABLE}, got {self.when_unsatisfiable!r}")
+
+    def run(self, ctx: PolicyContext) -> Replay:
+        """Replay the policy over ``ctx``'s timeline."""
+        state = _GkeRun(self, ctx)
+        drive(ctx, state)
+        return state.eng.finish(self.name, self.params(), self.warm_rungs(ctx))
+
+
+class _GkeRun(Stepper):
+    def __init__(self, policy: GkeComputeClass, ctx: PolicyContext) -> None:
+        self.eng = Engine(ctx)
+        self.compute = [i for i, c in enumerate(ctx.compute) if c]
+        self.is_compute = ctx.compute
+        self.resident = ctx.resident
+        tick = ctx.tick_s
+        self.climb, self.fail, self.start = (policy.climb_s / tick, policy.provision_fail_s / tick,
+                                             policy.start_s / tick)
+        self.migrate = policy.active_migration
+        self.anyway = policy.when_unsatisfiable == "ScaleUpAnyway"
+        self.default = self.compute[-1] if self.compute else -1
+        self.on_default = False  # serving (or starting) GKE's default node
+        self.walk = -1  # position in self.compute of the rule being provisioned; -1: none
+        self.walk_at = INF
+
+    def _ok(self, ok: tuple[bool, ...], i: int) -> bool:
+        return ok[i] or (self.on_default and i == self.default)
+
+    def begin(self, ok: tuple[bool, ...]) -> None:
+        self.eng.start(best(ok, self.is_compute))
+        if self.eng.served < 0:
+            self._place(0.0, ok)
+
+    def change(self, t: float, ok: tuple[bool, ...]) -> None:
+        eng = self.eng
+        if eng.served >= 0 and not self._ok(ok, eng.served):
+            eng.lose(t)
+            eng.cancel(t)
+            self._place(t, ok)
+        elif eng.pending >= 0 and not self._ok(ok, eng.pending):
+            eng.cancel(t)
+            if eng.served < 0:
+                self._place(t, ok)
+        elif eng.served < 0:
+            r = best(ok, self.resident)
+            if r >= 0 and r != eng.pending:
+                self._run_on(t, r, self.start)
+            elif self.walk < 0 and eng.pending < 0:
+                self._place(t, ok)  # DoNotScaleUp was waiting: capacity changed
+        self._maybe_migrate(t, ok)
+
+    def next_event(self) -> float:
+        return min(self.eng.ready, self.walk_at)
+
+    def event(self, t: float, ok: tuple[bool, ...]) -> None:
+        if self.eng.ready <= t:
+            self.eng.complete()
+            if self.eng.served != self.default:
+                self.on_default = False
+        else:
+            self.walk_at = INF
+            self._try(t, ok, self.walk + 1)
+        self._maybe_migrate(t, ok)
+
+    def _place(self, t: float, ok: tuple[bool, ...]) -> None:
+        r = best(ok, self.resident)
+        if r >= 0:
+            self._run_on(t, r, self.start)
+        elif self.compute:
+            self._try(t, ok, 0)
+
+    def _try(self, t: float, ok: tuple[bool, ...], pos: int) -> None:
+        while pos < len(self.compute):
+            i = self.compute[pos]
+            if ok[i]:
+                self._run_on(t, i, self.start)
+                return
+            if self.fail > 0:  # this rule fails after one attempt; the next one is next
+                self.walk, self.walk_at = pos, t + self.fail
+                return
+            pos += 1
+        self.walk, self.walk_at = -1, INF
+        if self.anyway:
+            self._run_on(t, self.default, self.start, default=True)
+        # DoNotScaleUp: pending until capacity changes (see change()).
+
+    def _run_on(self, t: float, i: int, delay: float, *, default: bool = False) -> None:
+        self.walk, self.walk_at = -1, INF
+        self.on_default = default
+        self.eng.aim(t, i)
+        self.eng.switch(t, i, delay)
+
+    def _maybe_migrate(self, t: float, ok: tuple[bool, ...]) -> None:
+        eng = self.eng
+        if not self.migrate or eng.served < 0 or eng.pending >= 0:
+            return
+        # Off the default node, any rule beats it; otherwise only higher priorities.
+        limit = len(ok) if self.on_default else eng.served
+        b = best(ok, self.is_compute, limit)
+        if b >= 0 and b != eng.served:
+            eng.aim(t, b)
+            eng.switch(t, b, self.climb, climb=True)

@@ -1,0 +1,170 @@
+"""Karpenter: weighted offerings, a 3-minute insufficient-capacity cache, no climb by weight."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ray_ladder.simulate.baselines.base import (
+    INF,
+    Baseline,
+    Engine,
+    PolicyContext,
+    Stepper,
+    best,
+    drive,
+)
+from ray_ladder.simulate.replay import Replay
+
+
+@dataclass(frozen=True)
+class Karpenter(Baseline):
+    """Karpenter with one offering per compute rung, in weight order (weighted NodePools).
+
+    The model:
+
+    * **Fall**: when the serving node's capacity is lost (a spot interruption), its
+      offering goes into the unavailable-offerings cache for ``ice_ttl_s`` and the pod is
+      pending. An existing node (a *resident* rung: one without a trace, a pool you own) takes
+      it at once (kube-scheduler). Otherwise Karpenter launches the highest-weight
+      offering *not in the cache*: obtainable, its node serves ``start_s`` later; refused
+      (insufficient capacity), that offering is cached for ``ice_ttl_s`` and the next
+      try comes ``retry_s`` later. With every offering cached it waits for the first
+      entry to expire. A launch whose capacity vanishes before it serves is refused too.
+    * **No climb by weight**: consolidation replaces nodes to save money and does not
+      look at NodePool weights, so a pod on a lower-weight offering stays there until
+      lost (``consolidation=False``, the default). With ``consolidation=True`` Karpenter
+      is modelled as if it consolidated by weight: when a better offering is obtainable
+      and not cached, it launches the replacement and moves the pod after
+      ``consolidate_after_s + start_s``; the old node serves meanwhile.
+
+    Attributes:
+        ice_ttl_s: Seconds a refused or interrupted offering is skipped (180).
+        retry_s: Seconds from a refused launch to the next try (pod requeue + batch).
+        start_s: Seconds from a launch (or a placement on a node that is up) to serving.
+        consolidation: Climb back to better offerings (not Karpenter's behaviour).
+        consolidate_after_s: Seconds a better offering must wait before the move.
+
+    Example:
+        >>> from ray_ladder.simulate.baselines import Karpenter
+        >>> Karpenter().ice_ttl_s, Karpenter(consolidation=True).label
+        (180.0, 'karpenter (consolidation=on)')
+    """
+
+    name: ClassVar[str] = "karpenter"
+    ice_ttl_s: float = 180.0
+    retry_s: float = 11.0
+    start_s: float = 10.0
+    consolidation: bool = False
+    consolidate_after_s: float = 15.0
+
+    def __post_init__(self) -> None:
+        for key in ("ice_ttl_s", "retry_s", "start_s", "consolidate_after_s"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"karpenter: {key} must be >= 0, got {getattr(self, key)}")
+
+    def run(self, ctx: PolicyContext) -> Replay:
+        """Replay the policy over ``ctx``'s timeline."""
+        state = _KarpenterRun(self, ctx)
+        drive(ctx, state)
+        return state.eng.finish(self.name, self.params(), self.warm_rungs(ctx))
+
+
+class _KarpenterRun(Stepper):
+    def __init__(self, policy: Karpenter, ctx: PolicyContext) -> None:
+        self.eng = Engine(ctx)
+        self.compute = [i for i, c in enumerate(ctx.compute) if c]
+        self.is_compute = ctx.compute
+        self.resident = ctx.resident
+        tick = ctx.tick_s
+        self.ttl, self.retry, self.start = (policy.ice_ttl_s / tick, policy.retry_s / tick,
+                                            policy.start_s / tick)
+        self.consolidate = policy.consolidation
+        self.consolidate_delay = (policy.consolidate_after_s + policy.start_s) / tick
+        self.cached = [-INF] * len(ctx.names)  # tick until which an offering is skipped
+        self.next_try = INF
+
+    def begin(self, ok: tuple[bool, ...]) -> None:
+        self.eng.start(best(ok, self.is_compute))
+        if self.eng.served < 0:
+            self._place(0.0, ok)
+
+    def change(self, t: float, ok: tuple[bool, ...]) -> None:
+        eng = self.eng
+        if eng.served >= 0 and not ok[eng.served]:
+            self.cached[eng.served] = t + self.ttl  # the interruption marks the offering
+            eng.lose(t)
+            if eng.pending >= 0 and not ok[eng.pending]:
+                self.cached[eng.pending] = t + self.ttl
+            eng.cancel(t)
+            self._place(t, ok)
+        elif eng.pending >= 0 and not ok[eng.pending]:
+            self.cached[eng.pending] = t + self.ttl  # the launch is refused after all
+            eng.cancel(t)
+            if eng.served < 0:
+                self._place(t, ok)
+        elif eng.served < 0:
+            r = best(ok, self.resident)
+            if r >= 0 and r != eng.pending:
+                self._run_on(t, r, self.start)
+            elif eng.pending < 0 and self.next_try == INF:
+                self._launch(t, ok)  # nothing was left to try: capacity changed
+        self._maybe_consolidate(t, ok)
+
+    def next_event(self) -> float:
+        return min(self.eng.ready, self.next_try)
+
+    def event(self, t: float, ok: tuple[bool, ...]) -> None:
+        if self.eng.ready <= t:
+            self.eng.complete()
+        else:
+            self.next_try = INF
+            if self.eng.served < 0 and self.eng.pending < 0:
+                self._launch(t, ok)
+        self._maybe_consolidate(t, ok)
+
+    def _place(self, t: float, ok: tuple[bool, ...]) -> None:
+        r = best(ok, self.resident)
+        if r >= 0:
+            self._run_on(t, r, self.start)
+        else:
+            self._launch(t, ok)
+
+    def _launch(self, t: float, ok: tuple[bool, ...]) -> None:
+        tried: set[int] = set()
+        while True:
+            free = [i for i in self.compute if self.cached[i] <= t and i not in tried]
+            if not free:  # every offering is cached: wait for the first to expire
+                self.next_try = min((self.cached[i] for i in self.compute
+                                     if self.cached[i] > t), default=INF)
+                return
+            i = free[0]
+            if ok[i]:
+                self._run_on(t, i, self.start)
+                return
+            self.eng.aim(t, i)  # the launch is tried, and refused
+            self.cached[i] = t + self.ttl
+            tried.add(i)
+            if self.retry > 0:
+                self.next_try = t + self.retry
+                return
+
+    def _run_on(self, t: float, i: int, delay: float) -> None:
+        self.next_try = INF
+        self.eng.aim(t, i)
+        self.eng.switch(t, i, delay)
+
+    def _maybe_consolidate(self, t: float, ok: tuple[bool, ...]) -> None:
+        eng = self.eng
+        if not self.consolidate or eng.served < 0 or eng.pending >= 0:
+            return
+        b = next((i for i in self.compute[: self.compute.index(eng.served)]
+                  if ok[i] and self.cached[i] <= t), -1)
+        if b >= 0:
+            eng.aim(t, b)
+            eng.switch(t, b, self.consolidate_delay, climb=True)
+        elif any(ok[i] and self.cached[i] > t for i in self.compute
+                 if i < eng.served):
+            # A better offering is up but still cached: look again when it expires.
+            self.next_try = min(self.next_try, min(
+                self.cached[i] for i in self.compute if i < eng.served and ok[i]))

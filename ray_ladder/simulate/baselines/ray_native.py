@@ -1,0 +1,142 @@
+"""Ray's own fallback: ``label_selector`` + ``fallback_strategy``, placed once, never climbing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ray_ladder.simulate.baselines.base import (
+    INF,
+    Baseline,
+    Engine,
+    PolicyContext,
+    Stepper,
+    best,
+    drive,
+)
+from ray_ladder.simulate.replay import Replay
+
+
+@dataclass(frozen=True)
+class RayNative(Baseline):
+    """Ray's native label fallback: chosen at placement time, kept until the rung is lost.
+
+    One replica (or task) asks for the top rung's ``label_selector`` with the lower
+    compute rungs as its ``fallback_strategy``. The model, per placement (at start, and
+    each time the serving rung is lost):
+
+    * Ray's scheduler tries the selectors in order against nodes that are up *now*
+      (``fallback_strategy`` is matched against feasible and available nodes): a
+      *resident* rung (one without a trace: a pool you own) gets the replica at once;
+      it serves ``start_s`` later.
+    * With no such node, the replica waits on the autoscaler, which launches a node of
+      the first rung: obtainable, it serves ``start_s`` later; not obtainable, the
+      launch stays pending until the rung becomes obtainable or
+      ``launch_timeout_s`` (``RAY_AUTOSCALER_RECONCILE_ALLOCATE_STATUS_TIMEOUT_S``)
+      passes, and then the next rung is tried (after the last, the first again).
+    * It never climbs: a replica on a lower rung stays there until that rung is lost.
+
+    Cache and shed rungs are not Ray placements: this policy never serves them.
+
+    Attributes:
+        launch_timeout_s: Seconds a pending launch waits before it counts as failed
+            (Ray 2.60's default: 3600).
+        start_s: Seconds from a placement to the replica serving (node boot, if any,
+            plus replica start).
+
+    Example:
+        >>> from ray_ladder.simulate.baselines import RayNative
+        >>> RayNative(launch_timeout_s=300).label
+        'ray-native (launch_timeout=300)'
+    """
+
+    name: ClassVar[str] = "ray-native"
+    launch_timeout_s: float = 3600.0
+    start_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        for key in ("launch_timeout_s", "start_s"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"ray-native: {key} must be >= 0, got {getattr(self, key)}")
+
+    def run(self, ctx: PolicyContext) -> Replay:
+        """Replay the policy over ``ctx``'s timeline."""
+        state = _RayNativeRun(self, ctx)
+        drive(ctx, state)
+        return state.eng.finish(self.name, self.params(), self.warm_rungs(ctx))
+
+
+class _RayNativeRun(Stepper):
+    def __init__(self, policy: RayNative, ctx: PolicyContext) -> None:
+        self.eng = Engine(ctx)
+        self.compute = [i for i, c in enumerate(ctx.compute) if c]
+        self.is_compute = ctx.compute
+        self.resident = ctx.resident
+        self.start = policy.start_s / ctx.tick_s
+        self.timeout = policy.launch_timeout_s / ctx.tick_s
+        self.attempt = -1  # position in self.compute of the launch waited on; -1: none
+        self.deadline = INF
+
+    def begin(self, ok: tuple[bool, ...]) -> None:
+        self.eng.start(best(ok, self.is_compute))
+        if self.eng.served < 0:
+            self._place(0.0, ok)
+
+    def change(self, t: float, ok: tuple[bool, ...]) -> None:
+        eng = self.eng
+        if eng.served >= 0 and not ok[eng.served]:
+            eng.lose(t)
+            eng.cancel(t)
+            self._place(t, ok)
+        elif eng.pending >= 0 and not ok[eng.pending]:
+            eng.cancel(t)  # the node being started is gone with its capacity
+            self._place(t, ok)
+        elif eng.served < 0:
+            r = best(ok, self.resident)
+            if r >= 0 and r != eng.pending:
+                self._run_on(t, r)  # a node that is up now takes the waiting replica
+            elif self.attempt >= 0 and ok[self.compute[self.attempt]]:
+                self._run_on(t, self.compute[self.attempt])  # the pending launch succeeds
+            elif self.attempt < 0 and eng.pending < 0:
+                self._place(t, ok)
+
+    def next_event(self) -> float:
+        return min(self.eng.ready, self.deadline)
+
+    def event(self, t: float, ok: tuple[bool, ...]) -> None:
+        if self.eng.ready <= t:
+            self.eng.complete()
+        else:  # the launch waited on timed out: the autoscaler tries the next rung
+            self.deadline = INF
+            self._try(t, ok, (self.attempt + 1) % len(self.compute))
+
+    def _place(self, t: float, ok: tuple[bool, ...]) -> None:
+        if not self.compute:
+            return
+        r = best(ok, self.resident)
+        if r >= 0:
+            self._run_on(t, r)
+        else:
+            self._try(t, ok, 0)
+
+    def _try(self, t: float, ok: tuple[bool, ...], pos: int) -> None:
+        if self.timeout <= 0:  # no wait at all: the first obtainable rung from pos on
+            order = self.compute[pos:] + self.compute[:pos]
+            i = next((i for i in order if ok[i]), -1)
+            if i >= 0:
+                self._run_on(t, i)
+            else:  # nothing to launch: wait for capacity to change
+                self.attempt = -1
+            return
+        self.attempt = pos
+        i = self.compute[pos]
+        self.eng.aim(t, i)
+        if ok[i]:
+            self._run_on(t, i)
+        else:
+            self.deadline = t + self.timeout
+
+    def _run_on(self, t: float, i: int) -> None:
+        self.attempt, self.deadline = -1, INF
+        self.eng.aim(t, i)
+        self.eng.switch(t, i, self.start)

@@ -1,0 +1,56 @@
+"""Replay the compared policies (the ladder and the baselines) and report them alike."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ray_ladder.simulate.baselines import Baseline, LadderPolicy, PolicyContext
+from ray_ladder.simulate.replay import Replay
+from ray_ladder.simulate.report import PolicyReport, summarise
+
+
+def run_comparison(
+    ctx: PolicyContext,
+    policies: Sequence[Baseline],
+    *,
+    quality: list[float],
+    cost_per_hour: list[float],
+    cost_oracle: float,
+    obtainable_ticks: list[int],
+    standby_rate: Callable[[str], float],
+    flap_window_s: float,
+    oracle: Replay | None = None,
+) -> list[PolicyReport]:
+    """One :class:`PolicyReport` per policy, with the same figures for every one.
+
+    Args:
+        ctx: The replay context (rungs, segments).
+        policies: What to replay, in report order.
+        quality: Quality per eligible rung.
+        cost_per_hour: Cost per eligible rung.
+        cost_oracle: The oracle's bill (for ``cost_vs_oracle``).
+        obtainable_ticks: Ticks each eligible rung is obtainable (standby billing).
+        standby_rate: Standby bill per hour of a warm rung while it idles.
+        flap_window_s: The window flaps are counted in.
+        oracle: The oracle's replay, reused for a ladder policy that is the oracle
+            (hysteresis 1, no switching cost).
+
+    Example:
+        >>> run_comparison(ctx, [RayNative()], ...)  # doctest: +SKIP
+    """
+    out = []
+    for policy in policies:
+        is_oracle = (isinstance(policy, LadderPolicy) and policy.hysteresis == 1
+                     and policy.fall_s == 0 and policy.start_s == 0)
+        if is_oracle and oracle is not None:
+            rep = Replay(**{**oracle.__dict__, "policy": policy.label,
+                            "params": policy.params()})
+        else:
+            rep = policy.run(ctx)
+            rep.policy = policy.label
+        warm = set(policy.warm_rungs(ctx))
+        standby = [standby_rate(n) if n in warm else 0.0 for n in ctx.names]
+        out.append(summarise(rep, quality=quality, cost_per_hour=cost_per_hour,
+                             cost_oracle=cost_oracle, standby_per_hour=standby,
+                             obtainable_ticks=obtainable_ticks, flap_window_s=flap_window_s))
+    return out
