@@ -167,7 +167,7 @@ def main() -> dict[str, Any]:
                   if e["kind"] == "probe" and e["rung"] == "h100" and e["time"] <= t_h100_launch)
     t_retry = max(t_probe, t_allow)  # a retry already running when capacity returned counts 0
     t_h100_up = rec.first_alive["h100"]
-    t_promoted = _event(hook_events, "promoted", "h100", t_allow)
+    t_promoted = _event(hook_events, "transition", "h100", t_allow)  # the climb to h100
     t_h100_answer = rec.first_answer("h100", t_allow)
     t_released = _event(hook_events, "released", "a100", t_allow)
     t_a100_gone = rec.gone["a100"]

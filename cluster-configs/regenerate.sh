@@ -1,6 +1,6 @@
 #!/bin/sh
 # Re-render every template from its ladder (run from the repository root).
-# tests/test_cluster_configs.py checks the files are what these commands write.
+# tests/autoscale/test_cluster_configs.py checks the files are what these commands write.
 set -e
 L=cluster-configs/ladders
 ray-ladder render $L/llm.yaml --provider aws -o cluster-configs/aws.yaml

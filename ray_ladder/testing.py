@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ray_ladder.cluster import ray_private
 from ray_ladder.core.placement import labels_satisfying
 from ray_ladder.core.spec import Ladder, Rung
 
@@ -289,10 +290,9 @@ def _sigkill_node(node: Any) -> None:
     import signal
 
     import psutil  # a dependency of Ray
-    from ray._private import ray_constants
 
     procs: list[Any] = []
-    for info in node.all_processes.get(ray_constants.PROCESS_TYPE_RAYLET, []):
+    for info in ray_private.raylet_processes(node):
         try:
             raylet = psutil.Process(info.process.pid)
             procs += [raylet, *raylet.children(recursive=True)]

@@ -1,9 +1,12 @@
-"""Shared fixtures: small ladders; Ray clusters are started per module by the tests."""
+"""Shared fixtures: small ladders, the real traces, and a LocalCluster factory (one cluster
+per test module: starting one costs seconds, see ../shared/RAY-NOTES.md)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,6 +32,36 @@ def traces_dir() -> Path:
     if not TRACES.is_dir():
         pytest.skip(f"shared traces not found at {TRACES}")
     return TRACES
+
+
+@pytest.fixture(scope="module")
+def local_cluster() -> Iterator[Callable[..., Any]]:
+    """Start a :class:`ray_ladder.testing.LocalCluster` for this module; shut down after it.
+
+    Call it with ``LocalCluster``'s arguments (``local_cluster(node_types, **options)``), or
+    with ``ladder=`` for :meth:`LocalCluster.from_ladder`. Every cluster a module started
+    is shut down when the module ends, even if a test failed.
+
+    Example:
+        >>> @pytest.fixture(scope="module")  # doctest: +SKIP
+        ... def cluster(local_cluster):
+        ...     return local_cluster({"h100": {"resources": {"ladder/h100": 1}}})
+    """
+    from ray_ladder.testing import LocalCluster
+
+    started: list[LocalCluster] = []
+
+    def start(node_types: Any = None, *, ladder: Any = None, **options: Any) -> LocalCluster:
+        if ladder is not None:
+            cluster = LocalCluster.from_ladder(ladder, **options)
+        else:
+            cluster = LocalCluster(node_types, **options)
+        started.append(cluster)
+        return cluster.start()
+
+    yield start
+    for cluster in reversed(started):
+        cluster.shutdown()
 
 
 _EXIT_STATUS: list[int] = []

@@ -25,7 +25,7 @@ _LAZY = {
     "FakeAutoscalingCluster": "ray_ladder.autoscale.fake.cluster",
     "fake_worker_type": "ray_ladder.autoscale.fake.cluster",
     "StockoutProvider": "ray_ladder.autoscale.fake.provider",
-    "render": "ray_ladder.autoscale.render.ray_up",
+    "render": "ray_ladder.autoscale.render",
 }
 
 __all__ = [

@@ -300,13 +300,13 @@ class HookWatcher:
 
 def hook_state(ladder: str | None = None) -> dict[str, dict[str, Any]]:
     """Published hook states by ladder name (all ladders when ``ladder`` is None)."""
-    from ray.experimental.internal_kv import _internal_kv_list
+    from ray_ladder.cluster import ray_private
 
     if ladder is not None:
         state = sources.load_state(ladder)
         return {ladder: state} if state else {}
     out = {}
-    for key in _internal_kv_list(sources.STATE_PREFIX, namespace=sources.KV_NAMESPACE):
+    for key in ray_private.kv_list(sources.STATE_PREFIX, namespace=sources.KV_NAMESPACE):
         name = (key.decode() if isinstance(key, bytes) else key)[len(sources.STATE_PREFIX):]
         state = sources.load_state(name)
         if state:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ray_ladder.core.constraints import Constraints
-from ray_ladder.core.events import TransitionEvent
+from ray_ladder.core.events import EventKind, TransitionEvent
 from ray_ladder.core.placement import demand
 from ray_ladder.core.selector import Decision, Selector
 from ray_ladder.core.spec import Ladder
@@ -287,14 +287,13 @@ class AutoscalePlanner:
 
     # --- events and state ----------------------------------------------------------------
 
-    def _event(self, time: float, kind: str, rung: str | None, reason: str) -> None:
-        self._events.append({"time": time, "ladder": self.ladder.name, "kind": kind,
-                             "rung": rung, "reason": reason})
+    def _event(self, time: float, kind: EventKind, rung: str, reason: str) -> None:
+        """One of the hook's own steps, as an event about ``rung`` (from = to = rung)."""
+        event = TransitionEvent(time, self.ladder.name, rung, rung, None, reason, kind=kind)
+        self._events.append({**event.to_dict(), "rung": rung})
 
     def _on_transition(self, event: TransitionEvent) -> None:
-        kind = "alert" if event.kind == "alert" else \
-            {"up": "promoted", "down": "fell"}.get(event.direction or "", "selected")
-        self._events.append({**event.to_dict(), "kind": kind, "rung": event.to_rung})
+        self._events.append({**event.to_dict(), "rung": event.to_rung})
 
     def state(self) -> dict[str, Any]:
         """Rung states, serving and target rungs (JSON-ready)."""

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ray_ladder.autoscale.plan import LaunchFailure
-from ray_ladder.cluster import roles
+from ray_ladder.cluster import ray_private, roles
 from ray_ladder.cluster.capacity import ray_node_states
 from ray_ladder.core.placement import ladder_capacity
 from ray_ladder.core.spec import Ladder
@@ -42,12 +42,7 @@ def present_placements(ladder: Ladder) -> tuple[dict[str, int], set[str]]:
 
 def autoscaler_v2_enabled() -> bool:
     """Whether the cluster runs Ray's autoscaler v2."""
-    try:
-        from ray.autoscaler.v2.utils import is_autoscaler_v2
-
-        return bool(is_autoscaler_v2())
-    except Exception:  # older Ray or no GCS answer: v1
-        return False
+    return ray_private.is_autoscaler_v2()
 
 
 def launch_failures_v1(report: Mapping[str, Any]) -> list[LaunchFailure]:
@@ -80,17 +75,11 @@ def read_launch_failures() -> list[LaunchFailure]:
     import ray
 
     if autoscaler_v2_enabled():
-        from ray.autoscaler.v2.sdk import get_cluster_status
-
-        gcs = ray.get_runtime_context().gcs_address
-        status = get_cluster_status(gcs)
+        status = ray_private.autoscaler_v2_status(ray.get_runtime_context().gcs_address)
         return [LaunchFailure(r.ray_node_type_name, float(r.failed_ts_s or r.request_ts_s),
                               "LaunchFailed", r.details or "")
                 for r in status.failed_launches]
-    from ray._private import ray_constants
-    from ray.experimental.internal_kv import _internal_kv_get
-
-    raw = _internal_kv_get(ray_constants.DEBUG_AUTOSCALING_STATUS)
+    raw = ray_private.autoscaling_status_v1()
     if not raw:
         return []
     try:
@@ -101,15 +90,11 @@ def read_launch_failures() -> list[LaunchFailure]:
 
 
 def _kv_put(key: str, value: Any) -> None:
-    from ray.experimental.internal_kv import _internal_kv_put
-
-    _internal_kv_put(key, json.dumps(value), overwrite=True, namespace=KV_NAMESPACE)
+    ray_private.kv_put(key, json.dumps(value), namespace=KV_NAMESPACE)
 
 
 def _kv_get(key: str) -> Any:
-    from ray.experimental.internal_kv import _internal_kv_get
-
-    raw = _internal_kv_get(key, namespace=KV_NAMESPACE)
+    raw = ray_private.kv_get(key, namespace=KV_NAMESPACE)
     return None if raw is None else json.loads(raw)
 
 
@@ -133,11 +118,9 @@ def save_roles(ladder: str, state: Mapping[str, Any]) -> None:
 
 
 def _union(now: float, own_key: str | None = None) -> tuple[list[dict], list[dict]]:
-    from ray.experimental.internal_kv import _internal_kv_list
-
     bundles: list[dict] = []
     selectors: list[dict] = []
-    for key in sorted(_internal_kv_list(REQUEST_PREFIX, namespace=KV_NAMESPACE)):
+    for key in sorted(ray_private.kv_list(REQUEST_PREFIX, namespace=KV_NAMESPACE)):
         name = key.decode() if isinstance(key, bytes) else key
         entry = _kv_get(name)
         if not entry or (name != own_key
@@ -175,7 +158,5 @@ def submit_request(ladder: str, bundles: Sequence[Mapping[str, float]],
 
 def withdraw_request(ladder: str) -> None:
     """Drop this ladder's part of the node request (other ladders' parts stay)."""
-    from ray.experimental.internal_kv import _internal_kv_del
-
-    _internal_kv_del(REQUEST_PREFIX + ladder, namespace=KV_NAMESPACE)
+    ray_private.kv_del(REQUEST_PREFIX + ladder, namespace=KV_NAMESPACE)
     _send(*_union(time.time()))

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from ray_ladder.autoscale.render.ray_up import PROVIDERS, RenderOptions, render_yaml
-from ray_ladder.autoscale.render.ray_up import render as render_template
+from ray_ladder.autoscale.render import PROVIDERS, RenderOptions, render_yaml
+from ray_ladder.autoscale.render import render as render_template
 from ray_ladder.core.exceptions import ConfigError
 from ray_ladder.core.spec import load_ladder
 
@@ -32,10 +32,11 @@ def validate_ray_up(config: dict) -> None:
         ValueError: naming the first schema violation.
     """
     import jsonschema
-    from ray.autoscaler._private.util import validate_config
+
+    from ray_ladder.cluster import ray_private
 
     try:
-        validate_config(config)
+        ray_private.validate_cluster_config(config)
     except jsonschema.ValidationError as err:
         path = ".".join(str(p) for p in err.absolute_path) or "<root>"
         raise ValueError(f"Ray's validate_config rejects {path}: {err.message}") from None

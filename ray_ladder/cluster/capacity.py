@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ray_ladder.core.constraints import Constraints
-from ray_ladder.core.placement import NodeState, RungCapacity, ladder_capacity
+from ray_ladder.core.placement import NodeState, RungCapacity, held_back, ladder_capacity
 from ray_ladder.core.spec import Ladder
 
 #: ``ladder name -> the hook's published roles or None`` (see ray_ladder.cluster.roles).
@@ -45,9 +45,10 @@ def ray_node_states() -> list[NodeState]:
     per-node available resources. Needs ``ray.init()`` first.
     """
     import ray
-    from ray._private import state
 
-    available = state.available_resources_per_node()
+    from ray_ladder.cluster import ray_private
+
+    available = ray_private.available_resources_per_node()
     out = []
     for node in ray.nodes():
         node_id = node["NodeID"]
@@ -129,9 +130,8 @@ class CapacityView:
             from ray_ladder.cluster.roles import HookRoles
 
             self._hook_source = HookRoles().get
-        eligible = [r.name for r in ladder.eligible(constraints) if r.is_compute]
-        #: Compute rung -> the eligible compute rungs above it (best first).
-        self._better = {name: eligible[:i] for i, name in enumerate(eligible)}
+        #: The eligible compute rungs, best first (what "a better rung" means here).
+        self._eligible = [r.name for r in ladder.eligible(constraints) if r.is_compute]
         self._snapshot: CapacitySnapshot | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -157,20 +157,10 @@ class CapacityView:
         from ray_ladder.cluster.roles import RELEASED_REASON, released_rungs
 
         released = set(released_rungs(roles, self._wall_clock()))
-        held: dict[str, str] = {}
-        if not released:
-            return held
-        # Top-down, so "better" sees rungs already held: a released rung is kept when
-        # nothing above it can take the work (better a node being given back than no
-        # answer).
-        ready = self._ready
-        for name, better in self._better.items():
-            if name in released and obtainable.get(name) \
-                    and any(obtainable.get(b) and (ready is None or ready(b))
-                            for b in better):
-                obtainable[name] = False
-                held[name] = RELEASED_REASON
-        return held
+        held = held_back(self._eligible, released, obtainable, self._ready)
+        for name in held:
+            obtainable[name] = False
+        return dict.fromkeys(held, RELEASED_REASON)
 
     def snapshot(self) -> CapacitySnapshot:
         """The cached snapshot, refreshed first when older than the interval."""

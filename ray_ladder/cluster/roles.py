@@ -80,11 +80,11 @@ def read_roles(ladder: str) -> dict[str, Any] | None:
 
     One GCS round trip; returns None (rather than raising) where Ray is not initialized.
     """
-    from ray.experimental.internal_kv import _internal_kv_get, _internal_kv_initialized
+    from ray_ladder.cluster import ray_private
 
-    if not _internal_kv_initialized():
+    if not ray_private.kv_initialized():
         return None
-    raw = _internal_kv_get(ROLES_PREFIX + ladder, namespace=KV_NAMESPACE)
+    raw = ray_private.kv_get(ROLES_PREFIX + ladder, namespace=KV_NAMESPACE)
     return None if raw is None else json.loads(raw)
 
 

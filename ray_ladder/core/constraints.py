@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-if TYPE_CHECKING:
-    from ray_ladder.core.spec import Rung
+
+class RungFacts(Protocol):
+    """What a constraint reads of a rung (``ray_ladder.Rung`` has it; spec imports this
+    module, so this one names the shape instead of importing the class)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def cost_per_hour(self) -> float: ...
+    @property
+    def quality(self) -> float: ...
+    @property
+    def tags(self) -> Mapping[str, str]: ...
 
 
 class Constraints(BaseModel):
@@ -44,7 +56,7 @@ class Constraints(BaseModel):
         # Strict mode takes only tuples; a list is the natural way to write a few sites.
         return tuple(value) if isinstance(value, list) else value
 
-    def allows(self, rung: Rung) -> bool:
+    def allows(self, rung: RungFacts) -> bool:
         """Return whether ``rung`` satisfies every constraint.
 
         Example:

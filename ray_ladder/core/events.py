@@ -7,6 +7,13 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 Direction = Literal["down", "up"]
+#: The one event vocabulary of every part (router, orchestrators, Tune, autoscaler hook):
+#: ``transition`` a ladder moved, ``alert`` ``max_degraded_seconds`` passed, ``call`` one
+#: call fell or climbed on its own; the hook's steps: ``requested`` (asked the autoscaler
+#: for a rung's node), ``released`` (stopped asking), ``stockout`` (a launch was refused),
+#: ``probe`` (asking again after a backoff), ``node-joined``, ``node-lost``.
+EventKind = Literal["transition", "alert", "call", "requested", "released", "stockout",
+                    "probe", "node-joined", "node-lost"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +27,7 @@ class TransitionEvent:
         to_rung: Rung after (``None`` when every eligible rung became unobtainable).
         direction: ``"down"`` or ``"up"``.
         reason: A human sentence.
-        kind: ``"transition"``, or ``"alert"`` for a ``max_degraded_seconds`` alert.
+        kind: One of :data:`EventKind`.
 
     Example:
         >>> event = TransitionEvent(12.0, "gpu", "h100", "a100", "down", "h100 lost")
@@ -34,7 +41,7 @@ class TransitionEvent:
     to_rung: str | None
     direction: Direction | None
     reason: str
-    kind: str = "transition"
+    kind: EventKind = "transition"
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready dict with ``from`` / ``to`` keys."""

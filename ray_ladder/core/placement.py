@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ray_ladder.core.spec import Ladder, Rung
@@ -59,20 +59,26 @@ def label_matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> boo
         >>> label_matches({"zone": "in(a,b)"}, {"zone": "b"})
         True
     """
-    for key, expr in selector.items():
-        value = labels.get(key)
-        expr = expr.strip()
-        negate = expr.startswith("!")
-        if negate:
-            expr = expr[1:].strip()
-        if expr.startswith("in(") and expr.endswith(")"):
-            options = {v.strip() for v in expr[3:-1].split(",")}
-            hit = value in options
-        else:
-            hit = value == expr
-        if hit == negate:
-            return False
-    return True
+    return all(label_expr_matches(expr, labels.get(key)) for key, expr in selector.items())
+
+
+def label_expr_matches(expr: str, value: str | None) -> bool:
+    """Whether one node label ``value`` (``None``: the node lacks the key) satisfies one
+    selector expression (``v``, ``!v``, ``in(a,b)``, ``!in(a,b)``; spaces ignored).
+
+    Example:
+        >>> label_expr_matches("!in(a, b)", "c"), label_expr_matches("a", None)
+        (True, False)
+    """
+    expr = expr.strip()
+    negate = expr.startswith("!")
+    if negate:
+        expr = expr[1:].strip()
+    if expr.startswith("in(") and expr.endswith(")"):
+        hit = value in {v.strip() for v in expr[3:-1].split(",")}
+    else:
+        hit = value == expr
+    return hit != negate
 
 
 def labels_satisfying(selector: Mapping[str, str]) -> dict[str, str]:
@@ -160,3 +166,43 @@ def ladder_capacity(ladder: Ladder, nodes: Iterable[NodeState], *,
     node_list = list(nodes)
     return {r.name: rung_capacity(r, node_list, require_available=require_available)
             for r in ladder.rungs}
+
+
+def held_back(
+    order: Sequence[str],
+    released: Collection[str],
+    obtainable: Mapping[str, bool],
+    ready: Callable[[str], bool] | None = None,
+) -> list[str]:
+    """Released rungs to hold back: the one rule for a rung the autoscaler hook gave up.
+
+    A rung in ``released`` (its node is being handed back) is held back, that is counted
+    unobtainable, while a better rung of ``order`` is obtainable (and ``ready``, when
+    given: a consumer whose rungs need a warm replica asks that). Top-down, so a held rung
+    no longer counts as "better" for the rungs below it: a released rung is kept when
+    nothing above it can take the work (better a node being given back than no answer).
+
+    Args:
+        order: The consumer's eligible rungs, best first.
+        released: Rungs the hook released.
+        obtainable: Rung name -> obtainable (before any hold).
+        ready: Whether a better rung can take work now (default: obtainable is enough).
+
+    Example:
+        >>> held_back(["h100", "a100", "cpu"], {"a100"}, {"h100": True, "a100": True})
+        ['a100']
+        >>> held_back(["h100", "a100"], {"a100"}, {"h100": False, "a100": True})
+        []
+    """
+    held: list[str] = []
+    if not released:
+        return held
+    usable: list[str] = []
+    for name in order:
+        ok = obtainable.get(name, False)
+        if ok and name in released and usable:
+            held.append(name)
+            continue
+        if ok and (ready is None or ready(name)):
+            usable.append(name)
+    return held

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from ray_ladder.core.constraints import Constraints
@@ -74,7 +74,7 @@ class Selector:
     __slots__ = (
         "ladder", "constraints", "_names", "_always", "_hysteresis", "_max_degraded",
         "_streak", "_current", "_current_idx", "_episode_start", "_alerted", "_on_event",
-        "_ladder_name", "_started",
+        "_ladder_name", "_started", "_positions",
     )
 
     def __init__(
@@ -90,6 +90,7 @@ class Selector:
         eligible = ladder.eligible(constraints)
         self._names: list[str] = [r.name for r in eligible]
         self._always: list[bool] = [r.kind != "compute" for r in eligible]
+        self._positions: list[int] = [ladder.index(r.name) for r in eligible]
         hysteresis = (ladder.policy.promotion_hysteresis if promotion_hysteresis is None
                       else promotion_hysteresis)
         if hysteresis < 1:
@@ -123,6 +124,53 @@ class Selector:
     def streak(self, rung: str) -> int:
         """Consecutive observations ``rung`` has been seen obtainable."""
         return self._streak[self._names.index(rung)]
+
+    def best_obtainable(
+        self,
+        obtainable: Mapping[str, bool],
+        *,
+        at_or_below: str | None = None,
+        compute_only: bool = False,
+        exclude: Collection[str] = (),
+    ) -> str | None:
+        """The best obtainable eligible rung for ``obtainable``, without moving the ladder.
+
+        The query behind every "where else can this one piece of work go" (a call that
+        fell from a rung, a request's hedge, a trial's first placement); the ladder itself
+        moves only by :meth:`observe`. Same reading of ``obtainable`` as ``observe``
+        (``cache``/``shed`` always obtainable unless ``compute_only``).
+
+        Args:
+            obtainable: Rung name -> obtainable now.
+            at_or_below: Consider only this rung and the rungs below it.
+            compute_only: Leave out ``cache`` and ``shed`` rungs.
+            exclude: Rungs not to return.
+
+        Example:
+            >>> sel.best_obtainable({"h100": True, "a100": True}, at_or_below="a100")
+            ... # doctest: +SKIP
+            'a100'
+        """
+        start = self.ladder.index(at_or_below) if at_or_below is not None else 0
+        positions = self._positions
+        for i, name in enumerate(self._names):
+            if positions[i] < start or name in exclude:
+                continue
+            if self._always[i]:
+                if compute_only:
+                    continue
+                return name
+            if obtainable.get(name, False):
+                return name
+        return None
+
+    def reset(self) -> None:
+        """Forget the current rung and every streak: the next observation is a first one
+        (hysteresis counts afresh, as for a new placement). Degraded time keeps counting."""
+        self._streak = [0] * len(self._names)
+        self._current = None
+        self._current_idx = -1
+        self._started = False
 
     def observe(self, obtainable: Mapping[str, bool], now: float) -> Decision:
         """Feed one observation of which rungs are obtainable; get the decision.

@@ -77,9 +77,8 @@ def ray_messages_to(path: Path) -> Iterator[list[int]]:
     keeps them (``--verbose`` leaves them on the terminal). Ray's listener thread looks
     ``print_to_stdstream`` up at each call, so swapping it is enough (ray 2.60).
     """
-    import ray._private.worker as ray_worker
+    from ray_ladder.cluster import ray_private
 
-    original = ray_worker.print_to_stdstream
     path.parent.mkdir(parents=True, exist_ok=True)
     count = [0]
     with path.open("w", encoding="utf-8") as sink:
@@ -89,11 +88,11 @@ def ray_messages_to(path: Path) -> Iterator[list[int]]:
             sink.write("\n".join(str(line) for line in data.get("lines", [])) + "\n")
             sink.flush()
 
-        ray_worker.print_to_stdstream = to_file  # type: ignore[assignment]
+        original = ray_private.redirect_worker_output(to_file)
         try:
             yield count
         finally:
-            ray_worker.print_to_stdstream = original
+            ray_private.restore_worker_output(original)
 
 
 def wait_for_rung(url: str, pixels: list[float], rung: str, timeout_s: float) -> float:

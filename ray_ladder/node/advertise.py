@@ -10,11 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ray_ladder.core.placement import label_expr_matches
 from ray_ladder.core.spec import SLUG_PATTERN
 
 if TYPE_CHECKING:
     from ray_ladder.core.spec import Rung
-    from ray_ladder.node.accelerators import Detection
+    from ray_ladder.node.detection import Detection
 
 RESOURCE_PREFIX = "ladder/"
 LABEL_ACCELERATOR = "ladder.accelerator"
@@ -154,16 +155,6 @@ def node_resources(
                          first.family.upper() if first else None)
 
 
-def _selector_matches(selector: str, value: str | None) -> bool:
-    negate = selector.startswith("!")
-    body = selector[1:] if negate else selector
-    if body.startswith("in(") and body.endswith(")"):
-        hit = value is not None and value in {v.strip() for v in body[3:-1].split(",")}
-    else:
-        hit = value == body
-    return hit != negate
-
-
 def missing_for(rung: Rung, node: NodeResources, *, cpus: float | None = None) -> list[str]:
     """What ``node`` lacks to host one placement of ``rung`` (empty: it can, when idle).
 
@@ -195,6 +186,6 @@ def missing_for(rung: Rung, node: NodeResources, *, cpus: float | None = None) -
                        f"Ray detects {node.accelerator_type or 'none'}")
     for key, selector in rung.label_selector.items():
         value = node.labels.get(key)
-        if not _selector_matches(selector, value):
+        if not label_expr_matches(selector, value):
             missing.append(f"label {key}: rung selects {selector!r}, node has {value!r}")
     return missing

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ray_ladder.cluster import ray_private
 from ray_ladder.serve.errors import RungFailed, failure_reason
 
 #: Least silence (seconds) after which a rung with a RUNNING replica has failed a request.
@@ -129,10 +130,10 @@ class RungCaller:
         loop = asyncio.get_running_loop()
         down = self._down_signal(rung)
         response = handle.remote(*args)
-        # Private but stable in Ray 2.60: the two halves of `await response`, so the wait
-        # for a replica and the wait for the answer get their own limits.
+        # The two halves of `await response`, so the wait for a replica and the wait for
+        # the answer get their own limits.
         waiting: asyncio.Future[Any] = asyncio.ensure_future(
-            response._fetch_future_result_async())
+            ray_private.replica_assigned(response))
         try:
             window = loop.time()
             while True:

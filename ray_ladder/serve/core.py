@@ -8,6 +8,7 @@ from typing import Any
 
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.events import TransitionEvent
+from ray_ladder.core.placement import held_back
 from ray_ladder.core.selector import Decision, Selector
 from ray_ladder.core.spec import Ladder, Rung
 
@@ -78,7 +79,6 @@ class RouterState:
         self._on_event = on_event
         self._standby = {r.name: standby_replicas(ladder, r) for r in ladder.rungs}
         self._compute = [r.name for r in ladder.rungs if r.is_compute]
-        self._is_compute = {r.name: r.is_compute for r in ladder.rungs}
         self._running: dict[str, int] = {}
         self._running_at: float | None = None
         self.replica_counts_max_age_s = replica_counts_max_age_s
@@ -134,11 +134,8 @@ class RouterState:
         if not self._held:
             return self._obtainable
         view = dict(self._obtainable)
-        eligible = selector.eligible
-        for name in self._held:
-            if name in eligible and any(self._obtainable.get(b, False)
-                                        for b in eligible[:eligible.index(name)]):
-                view[name] = False
+        for name in held_back(selector.eligible, self._held, self._obtainable):
+            view[name] = False
         return view
 
     def held_everywhere(self, now: float) -> set[str]:
@@ -204,11 +201,8 @@ class RouterState:
         """Where to send a copy of a request whose rung is slow to take it: the best
         obtainable eligible compute rung not in ``exclude``. Reads the state only; the
         ladder itself moves by the selectors' decisions."""
-        view = self._view(selector)
-        for name in selector.eligible:
-            if name not in exclude and self._is_compute[name] and view.get(name, False):
-                return name
-        return None
+        return selector.best_obtainable(self._view(selector), compute_only=True,
+                                        exclude=exclude)
 
     def why_unobtainable(self, rung: str, now: float) -> str:
         """A short reason why compute ``rung`` is not obtainable (for logs and state)."""

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from typing import Any
 
+from ray_ladder.cluster.event_log import log_event
 from ray_ladder.core.events import TransitionEvent
 from ray_ladder.core.selector import Decision
 from ray_ladder.core.spec import Ladder
-
-events_logger = logging.getLogger("ray_ladder.events")
-alerts_logger = logging.getLogger("ray_ladder.alerts")
 
 
 class LadderMetrics:
@@ -90,10 +87,9 @@ class LadderMetrics:
 
     def event(self, event: TransitionEvent) -> None:
         """Log the event's JSON line; count transitions and alerts; log alerts."""
-        events_logger.info(event.to_json())
+        log_event(event)
         if event.kind == "alert":
             self.counts["alerts"] += 1
-            alerts_logger.warning("ladder %s alert: %s", self.ladder.name, event.reason)
             if self._alerts is not None:
                 self._alerts.inc(1, tags=self._tags)
         elif event.direction is not None:
@@ -111,19 +107,3 @@ class LadderMetrics:
             "current_rung": self.counts["current_rung"],
             "degraded_seconds": round(self.counts["degraded_seconds"], 3),
         }
-
-
-def configure_event_logging() -> None:
-    """Make ``ray_ladder.events`` (INFO, one JSON line each) and alerts reach the log.
-
-    Ray workers log WARNING and above by default; a replica's stderr goes to its log file
-    (and to the driver). Adds a bare handler only when the logger has none.
-    """
-    if not events_logger.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        events_logger.addHandler(handler)
-        events_logger.setLevel(logging.INFO)
-        events_logger.propagate = False
-    if alerts_logger.level == logging.NOTSET:
-        alerts_logger.setLevel(logging.WARNING)

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ray_ladder.cluster.capacity import CapacityView
+from ray_ladder.cluster.event_log import show_events_on_stderr
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.exceptions import Attempt, LadderExhaustedError
 from ray_ladder.core.selector import Selector
@@ -19,7 +20,7 @@ from ray_ladder.serve.cache import AnswerCache, payload_key
 from ray_ladder.serve.calls import Pending, RungCaller
 from ray_ladder.serve.core import RouterState
 from ray_ladder.serve.errors import RungFailed
-from ray_ladder.serve.metrics import LadderMetrics, configure_event_logging
+from ray_ladder.serve.metrics import LadderMetrics
 from ray_ladder.serve.result import LadderResult
 
 logger = logging.getLogger("ray_ladder.serve")
@@ -63,7 +64,7 @@ class LadderRouter:
         self._max_body_bytes = int(options["max_body_bytes"])
         cooldown = options.get("down_cooldown_s") or max(1.0, 2 * policy.probe_interval_s)
         self._app_name = options.get("app_name")
-        configure_event_logging()
+        show_events_on_stderr()
         self._metrics = LadderMetrics(self.ladder, enabled=options.get("metrics", True))
         self._state = RouterState(self.ladder, down_cooldown_s=cooldown,
                                   on_event=self._metrics.event)

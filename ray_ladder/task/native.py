@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
-import logging
 import threading
 import time
 from collections import OrderedDict, deque
@@ -12,7 +10,9 @@ from typing import Any
 
 import ray
 
+from ray_ladder.cluster import ray_private
 from ray_ladder.cluster.capacity import CapacityView
+from ray_ladder.cluster.event_log import log_event
 from ray_ladder.core.context import RungContext
 from ray_ladder.core.events import TransitionEvent
 from ray_ladder.core.exceptions import Attempt, LadderExhaustedError
@@ -20,8 +20,6 @@ from ray_ladder.core.selector import Selector
 from ray_ladder.core.spec import Ladder
 from ray_ladder.task.options import TaskOptions, TaskSpec, attempt_options, effective_ladder
 from ray_ladder.task.runner import make_native_runner, raise_error
-
-event_logger = logging.getLogger("ray_ladder.events")
 
 RUNG_ENTRIES = 100_000
 _MISSING = object()
@@ -103,11 +101,9 @@ class NativePath:
     @classmethod
     def of(cls, key: str, spec: TaskSpec) -> NativePath:
         """The state for ``key`` in this Ray session (a new ``ray.init`` starts afresh)."""
-        from ray._private.worker import global_worker
-
         if not ray.is_initialized():
             ray.init()
-        ident = id(getattr(global_worker, "core_worker", None))
+        ident = ray_private.core_worker_identity()
         state = cls._states.get((ident, key))
         if state is None:
             with cls._lock:
@@ -118,8 +114,7 @@ class NativePath:
 
     def _on_event(self, event: TransitionEvent) -> None:
         NativePath._events.append((self.family, event))
-        if event_logger.isEnabledFor(logging.INFO):
-            event_logger.info(json.dumps({"task": self.name, **event.to_dict()}))
+        log_event(event, task=self.name)
 
     @classmethod
     def events(cls, family: str) -> list[TransitionEvent]:

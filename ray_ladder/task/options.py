@@ -89,11 +89,9 @@ def valid_keys() -> list[str]:
 
 def _ray_validate(key: str, value: Any) -> None:
     """Run Ray's own validator for one task option (Ray's table, not a copy of it)."""
-    try:
-        from ray._common.ray_option_utils import task_options
-    except ImportError:  # older layout
-        from ray._private.ray_option_utils import task_options  # type: ignore[no-redef]
-    task_options[key].validate(key, value)
+    from ray_ladder.cluster import ray_private
+
+    ray_private.task_option_table()[key].validate(key, value)
 
 
 @dataclass(frozen=True)

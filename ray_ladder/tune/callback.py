@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ray.tune import Callback
 
@@ -11,7 +11,12 @@ from ray_ladder.tune.trainable import RESULT_KEY
 if TYPE_CHECKING:
     from ray.tune.experiment import Trial
 
-    from ray_ladder.tune.scheduler import LadderScheduler
+
+class RungHistorySource(Protocol):
+    """What the callback reads of its scheduler (``LadderScheduler`` provides it)."""
+
+    def summary(self, trial_id: str) -> dict[str, Any] | None: ...
+    def stop(self) -> None: ...
 
 
 class LadderCallback(Callback):
@@ -33,7 +38,7 @@ class LadderCallback(Callback):
         >>> run_config = tune.RunConfig(callbacks=[scheduler.callback])  # doctest: +SKIP
     """
 
-    def __init__(self, scheduler: LadderScheduler) -> None:
+    def __init__(self, scheduler: RungHistorySource) -> None:
         self.scheduler = scheduler
 
     def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial,

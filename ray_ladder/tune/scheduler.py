@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-import weakref
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
@@ -13,11 +12,13 @@ from typing import TYPE_CHECKING, Any
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
+from ray_ladder.cluster import ray_private
 from ray_ladder.cluster.capacity import ray_node_states
 from ray_ladder.core.events import Direction, TransitionEvent
 from ray_ladder.core.placement import NodeState
 from ray_ladder.core.selector import Selector
 from ray_ladder.tune._state import TrialState, View
+from ray_ladder.tune.active import ACTIVE
 from ray_ladder.tune.history import RungSpan, summary
 from ray_ladder.tune.trainable import LadderTrialSpec, spec_of
 
@@ -26,13 +27,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_ACTIVE: weakref.WeakSet[LadderScheduler] = weakref.WeakSet()
 _LIVE = (Trial.PENDING, Trial.RUNNING, Trial.PAUSED)
-
-
-def active() -> bool:
-    """True while a LadderScheduler is set up for a Tune run in this process."""
-    return len(_ACTIVE) > 0
 
 
 class LadderScheduler(TrialScheduler):
@@ -134,7 +129,7 @@ class LadderScheduler(TrialScheduler):
         return self.base.metric
 
     def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
-        _ACTIVE.add(self)
+        ACTIVE.add(self)
         return self.base.set_search_properties(metric, mode, **spec)
 
     def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
@@ -261,7 +256,7 @@ class LadderScheduler(TrialScheduler):
         for view in self._views.values():
             view.stop()
         self._views.clear()
-        _ACTIVE.discard(self)
+        ACTIVE.discard(self)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -318,12 +313,12 @@ class LadderScheduler(TrialScheduler):
 
     def _decide(self, state: TrialState, now: float) -> str | None:
         """Best eligible rung with a free placement now (a fresh first observation)."""
-        selector = Selector(state.spec.trial_ladder, state.constraints)
         free = self._free(state, running=False)
-        rung = selector.observe(free, now).rung
+        rung = state.selector.best_obtainable(free)
         state.free = [name for name, ok in free.items() if ok]
-        if rung is not None:
-            state.selector = selector  # hysteresis counts from this placement
+        if rung is not None:  # hysteresis counts from this placement
+            state.selector.reset()
+            state.selector.observe(free, now)
         return rung
 
     def _tick(self, tune_controller: Any, now: float,
@@ -354,7 +349,7 @@ class LadderScheduler(TrialScheduler):
                 f"trial {trial.trial_id}: {reason}; free: {', '.join(state.free) or 'none'}"))
 
     def _park(self, tune_controller: Any, trial: Trial, state: TrialState) -> None:
-        tune_controller._set_trial_status(trial, Trial.PAUSED)
+        ray_private.set_trial_status(tune_controller, trial, Trial.PAUSED)
         state.parked = True
         state.pending = False
         logger.info("ladder %s: trial %s held: no eligible rung has a free placement",

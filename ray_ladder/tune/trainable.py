@@ -134,16 +134,16 @@ class LadderTrialSpec:
         """
         from ray_ladder.cluster.capacity import CapacityView
         from ray_ladder.core.selector import Selector
-        from ray_ladder.tune import scheduler as _scheduler
+        from ray_ladder.tune.active import active
 
         constraints = self.constraints_for(config)
         selector = Selector(self.trial_ladder, constraints)
-        if _scheduler.active():  # it places the trial before Tune requests resources
+        if active():  # it places the trial before Tune requests resources
             return self.resources(selector.eligible[0])
         _warn_no_scheduler()
         try:
             snap = CapacityView(self.trial_ladder, require_available=True).refresh()
-            rung = selector.observe(snap.obtainable, now=time.monotonic()).rung
+            rung = selector.best_obtainable(snap.obtainable)
         except Exception as err:  # no Ray state: take the top and let Tune wait
             logger.warning("ladder %s: capacity unreadable (%s); placing on the top rung",
                            self.ladder.name, err)

@@ -137,9 +137,9 @@ class FakeAutoscalingCluster:
         """The GCS address (``ray.init(address=...)``)."""
         if self.port is None:
             raise RuntimeError("FakeAutoscalingCluster is not started")
-        import ray._private.services as services
+        from ray_ladder.cluster import ray_private
 
-        return f"{services.get_node_ip_address()}:{self.port}"
+        return f"{ray_private.node_ip_address()}:{self.port}"
 
     @property
     def schedule_path(self) -> Path:

@@ -10,11 +10,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ray.autoscaler._private.fake_multi_node.node_provider import FakeMultiNodeProvider
 from ray.autoscaler.node_launch_exception import NodeLaunchException
 from ray.autoscaler.tags import TAG_RAY_USER_NODE_TYPE
 
 from ray_ladder.autoscale.fake.schedule import CapacitySchedule
+from ray_ladder.cluster import ray_private
+
+FakeMultiNodeProvider: Any = ray_private.fake_multinode_provider_class()
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 from collections import Counter, OrderedDict, deque
@@ -13,13 +12,13 @@ from typing import Any
 import ray
 from ray import cloudpickle
 
+from ray_ladder.cluster.event_log import log_event, show_events_on_stderr
 from ray_ladder.core.events import TransitionEvent
 from ray_ladder.task.options import TaskSpec
 from ray_ladder.task.orchestrator.calls import Call
 from ray_ladder.task.orchestrator.nodes import NodeCache
-from ray_ladder.task.orchestrator.state import TaskState
+from ray_ladder.task.orchestrator.state import Ports, TaskState
 
-event_logger = logging.getLogger("ray_ladder.events")
 logger = logging.getLogger(__name__)
 
 #: Calls one orchestrator runs at once (more wait in Ray's actor queue).
@@ -39,7 +38,7 @@ class LadderOrchestrator:
     """
 
     def __init__(self) -> None:
-        _log_events_to_stderr()
+        show_events_on_stderr()
         # _value() calls ray.get(timeout=0) only on items already in this process.
         os.environ.setdefault("RAY_WARN_BLOCKING_GET_INSIDE_ASYNC", "0")
         self.nodes = NodeCache()
@@ -51,6 +50,7 @@ class LadderOrchestrator:
         self._events: deque[tuple[str, TransitionEvent]] = deque(maxlen=EVENT_ENTRIES)
         self._monitor: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
+        self._ports = Ports(self.nodes, self.emit, self.spawn, self._count, self.refresh_all)
 
     # --- registration --------------------------------------------------------------------
 
@@ -66,7 +66,7 @@ class LadderOrchestrator:
             spec: TaskSpec = cloudpickle.loads(blob)
             if self.nodes.version == 0:
                 self.nodes.refresh()
-            self.tasks[key] = TaskState(self, key, spec)
+            self.tasks[key] = TaskState(self._ports, key, spec)
         except Exception as err:  # run() reports it to every caller
             logger.exception("cannot register ladder task %s", key)
             self._failed[key] = err
@@ -129,12 +129,13 @@ class LadderOrchestrator:
 
     # --- events --------------------------------------------------------------------------
 
-    def emit(self, task: TaskState, event: TransitionEvent) -> None:
-        self._events.append((task.family, event))
-        # Ladder moves are news (INFO, shown on the driver); single calls are DEBUG.
-        level = logging.DEBUG if event.kind == "call" else logging.INFO
-        if event_logger.isEnabledFor(level):
-            event_logger.log(level, json.dumps({"task": task.name, **event.to_dict()}))
+    def emit(self, family: str, task: str, event: TransitionEvent) -> None:
+        """Keep ``event`` for :meth:`events` and log it (the tasks' ``Ports.emit``)."""
+        self._events.append((family, event))
+        log_event(event, task=task)
+
+    def _count(self, stat: str) -> None:
+        self.stats[stat] += 1
 
     async def events(self, family: str | None = None) -> list[dict[str, Any]]:
         """Transition events (ladder moves and per-call falls), oldest first."""
@@ -180,14 +181,3 @@ class LadderOrchestrator:
                     task.tick()
                 except Exception:
                     logger.exception("ladder task %s: tick failed", task.name)
-
-
-def _log_events_to_stderr() -> None:
-    """Show ladder moves in the orchestrator's stderr, which Ray forwards to the driver."""
-    if event_logger.level == logging.NOTSET:
-        event_logger.setLevel(logging.INFO)
-    if not event_logger.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(name)s %(message)s"))
-        event_logger.addHandler(handler)
-        event_logger.propagate = False

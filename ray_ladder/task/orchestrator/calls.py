@@ -5,36 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import math
-import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import ray
-from ray.exceptions import (
-    GetTimeoutError,
-    LocalRayletDiedError,
-    NodeDiedError,
-    ObjectLostError,
-    OutOfMemoryError,
-    RaySystemError,
-    TaskUnschedulableError,
-    WorkerCrashedError,
-)
+from ray.exceptions import GetTimeoutError
 
 from ray_ladder.core.exceptions import Attempt
 
-if TYPE_CHECKING:
-    from ray_ladder.task.orchestrator.lanes import Lane
-
-#: Errors that say the attempt's node or worker went away, not that the function failed.
-SYSTEM_ERRORS = (NodeDiedError, WorkerCrashedError, LocalRayletDiedError, RaySystemError,
-                 TaskUnschedulableError, ObjectLostError, OutOfMemoryError)
 #: Batches aim at this much work; tasks longer than it always run one call per attempt.
 TARGET_BATCH_S = 0.02
 MAX_BATCH = 256
-#: How long a node that killed an attempt is kept out (until the GCS confirms it dead).
-NODE_DIED_SUSPECT_S = 60.0
-WORKER_CRASH_SUSPECT_S = 2.0
-NODE_ID = re.compile(r"node ID: ([0-9a-f]{56})")
 
 
 class Call:
@@ -55,7 +35,7 @@ class Call:
         self.submitted = 0
         self.floor = 0  # lowest rung index this call may still use (after falls)
         self.deadline = math.inf
-        self.lane: Lane | None = None
+        self.lane: Any = None  # its Lane, while queued (lanes.py imports this module)
         self.batch: Batch | None = None
         self.rung: str | None = None  # rung that produced the answer
         self.solo = bool(refs)  # runs in an attempt of its own

@@ -7,32 +7,63 @@ import contextvars
 import math
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Coroutine, Mapping
+from typing import Any, Protocol
 
 from ray.exceptions import RayTaskError, WorkerCrashedError
 
+from ray_ladder.cluster.errors import is_rung_gone
 from ray_ladder.task.orchestrator.calls import (
     MAX_BATCH,
-    NODE_DIED_SUSPECT_S,
-    NODE_ID,
-    SYSTEM_ERRORS,
     TARGET_BATCH_S,
-    WORKER_CRASH_SUSPECT_S,
     Batch,
     Call,
     deps_ready,
     value_of,
 )
+from ray_ladder.task.policy import (
+    AttemptFailure,
+    on_attempt_failure,
+    on_call_error,
+    on_pending_timeout,
+)
 from ray_ladder.task.runner import CallFailed
 
-if TYPE_CHECKING:
-    from ray_ladder.task.orchestrator.state import TaskState
+
+class LaneOwner(Protocol):
+    """What a lane needs of its task's state (``TaskState`` provides it; no import)."""
+
+    congested: dict[str, float]
+
+    @property
+    def snapshot(self) -> Any: ...
+    @property
+    def ewma(self) -> float | None: ...
+    @property
+    def pending_timeout_s(self) -> float: ...
+    @property
+    def probe_s(self) -> float: ...
+    @property
+    def fallback_on(self) -> tuple[type[BaseException], ...]: ...
+    @property
+    def runners(self) -> Mapping[str, Any]: ...
+
+    def refresh(self, force: bool = False) -> None: ...
+    def lower_obtainable(self, rung: str) -> bool: ...
+    def dispatch(self, call: Call, came_from: str | None = None, reason: str = "") -> None: ...
+    def retry(self, call: Call, rung: str, reason: str, *, fall: bool) -> None: ...
+    def succeed(self, call: Call, rung: str, value: Any) -> None: ...
+    def fail(self, call: Call, err: BaseException, rung: str | None = None) -> None: ...
+    def suspect(self, node_id: str, ttl_s: float) -> None: ...
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None: ...
+    def count(self, stat: str) -> None: ...
+    def observe_duration(self, seconds: float) -> None: ...
 
 
 class Lane:
     """Calls bound for one rung: at most one attempt in flight per placement that fits."""
 
-    def __init__(self, task: TaskState, rung: str) -> None:
+    def __init__(self, task: LaneOwner, rung: str) -> None:
         self.task = task
         self.rung = rung
         self.queue: deque[Call] = deque()
@@ -93,8 +124,8 @@ class Lane:
         for call in calls:
             call.batch = batch
         self.batches.add(batch)
-        self.task.orch.stats["attempts"] += 1
-        self.task.orch.spawn(self.drive(batch))
+        self.task.count("attempts")
+        self.task.spawn(self.drive(batch))
 
     def _arm(self) -> None:
         """Time the queue head's pending deadline (kept when the head did not change)."""
@@ -126,14 +157,13 @@ class Lane:
             if self.queue[0].done:
                 self.queue.popleft()
                 continue
-            if not task.lower_obtainable(self.rung):
-                # Nothing obtainable below: waiting here is queueing, not hanging.
+            action = on_pending_timeout(task.pending_timeout_s, ahead=len(self.batches),
+                                        lower_obtainable=task.lower_obtainable(self.rung))
+            if action.kind == "wait":
                 self.timer = loop.call_at(now + min(task.pending_timeout_s, task.probe_s),
                                           self._expire)
                 return
-            call = self.queue.popleft()
-            task.retry(call, self.rung, f"not scheduled within {task.pending_timeout_s:g}s "
-                       f"({len(self.batches)} attempt(s) ahead)", fall=True)
+            task.retry(self.queue.popleft(), self.rung, action.reason, fall=True)
         self._arm()
 
     def evacuate(self, reason: str) -> None:
@@ -166,9 +196,10 @@ class Lane:
                 done, _ = await asyncio.wait({first}, timeout=timeout)
                 if done:
                     break
-                if batch.cancel_reason is None and task.lower_obtainable(rung):
+                action = on_pending_timeout(pt, lower_obtainable=task.lower_obtainable(rung))
+                if batch.cancel_reason is None and action.kind == "fall":
                     task.congested[rung] = time.monotonic()
-                    batch.cancel(f"not scheduled within {pt:g}s", fall=True)
+                    batch.cancel(action.reason, fall=True)
                     task.refresh(force=True)
                     self.evacuate(f"{rung} busy")
                 # Nothing below (or already cancelled): look again a little later.
@@ -195,47 +226,35 @@ class Lane:
         for call, item in zip(calls, items, strict=False):
             if type(item) is not CallFailed:
                 task.succeed(call, rung, item)
-            elif isinstance(item.error.cause, task.fallback_on):
-                cause = item.error.cause
-                task.retry(call, rung, f"{type(cause).__name__}: {cause}", fall=True)
+                continue
+            cause = item.error.cause
+            action = on_call_error(type(cause).__name__, str(cause),
+                                   fallback=isinstance(cause, task.fallback_on))
+            if action.kind == "fall":
+                task.retry(call, rung, action.reason, fall=True)
             else:
                 task.fail(call, item.error, rung)
 
     def _failed(self, batch: Batch, rest: list[Call], err: Exception) -> None:
+        """Settle the calls of a failed attempt as :func:`on_attempt_failure` decides."""
         task, rung = self.task, self.rung
         rest = [c for c in rest if not c.done]
         if not rest:
             return
-        name = type(err).__name__
-        if batch.cancel_reason is not None:  # we stopped it; whatever Ray says about it
-            for call in rest:
-                task.retry(call, rung, batch.cancel_reason, fall=batch.fall)
-        elif isinstance(err, task.fallback_on):
-            for call in rest:
-                task.retry(call, rung, f"{name}: {err}", fall=True)
-        elif isinstance(err, SYSTEM_ERRORS):
-            node = batch.node
-            if node is None:
-                match = NODE_ID.search(str(err))
-                node = match.group(1) if match else None
-            if node is not None:
-                ttl = WORKER_CRASH_SUSPECT_S if isinstance(err, WorkerCrashedError) \
-                    else NODE_DIED_SUSPECT_S
-                task.orch.nodes.suspect(node, ttl)
-                task.orch.refresh_all()
-            where = f" on node {node[:8]}" if node else ""
-            for call in rest:
-                task.retry(call, rung, f"{name}{where}", fall=False)
-        elif isinstance(err, RayTaskError) and batch.started:
-            # The stream itself failed (e.g. a value that does not serialize). One call:
-            # that is its answer. A batch: run each call alone to learn which one it was.
-            if len(batch.calls) == 1:
-                task.fail(rest[0], err, rung)
+        action = on_attempt_failure(AttemptFailure(
+            type(err).__name__, str(err), cancelled=batch.cancel_reason,
+            cancel_falls=batch.fall, fallback=isinstance(err, task.fallback_on),
+            rung_gone=is_rung_gone(err), worker_crash=isinstance(err, WorkerCrashedError),
+            stream_failed=isinstance(err, RayTaskError) and batch.started, node=batch.node,
+            batch_size=len(batch.calls)))
+        if action.suspect_node is not None:
+            task.suspect(action.suspect_node, action.suspect_ttl_s)
+        for call in rest:
+            if action.kind in ("fall", "retry"):
+                task.retry(call, rung, action.reason, fall=action.kind == "fall")
+            elif action.kind == "split":
+                call.submitted -= 1
+                call.solo = True
+                task.dispatch(call)
             else:
-                for call in rest:
-                    call.submitted -= 1
-                    call.solo = True
-                    task.dispatch(call)
-        else:
-            for call in rest:
                 task.fail(call, err, rung)

@@ -7,6 +7,7 @@ from typing import Any
 import ray
 from ray import cloudpickle
 
+from ray_ladder.cluster import ray_private
 from ray_ladder.task.options import TaskSpec
 from ray_ladder.task.orchestrator.actor import MAX_CONCURRENCY, LadderOrchestrator
 
@@ -16,12 +17,11 @@ _registered: set[str] = set()
 
 def get_orchestrator() -> Any:
     """This driver's orchestrator handle (created on first use, pinned to this node)."""
-    from ray._private.worker import global_worker
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     if not ray.is_initialized():
         ray.init()
-    ident = id(getattr(global_worker, "core_worker", None))
+    ident = ray_private.core_worker_identity()
     handle = _handles.get(ident)
     if handle is None:
         ctx = ray.get_runtime_context()

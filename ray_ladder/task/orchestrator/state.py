@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
 
 import ray
 
@@ -15,12 +17,30 @@ from ray_ladder.core.selector import Selector
 from ray_ladder.task.options import TaskSpec, attempt_options, effective_ladder
 from ray_ladder.task.orchestrator.calls import Call
 from ray_ladder.task.orchestrator.lanes import Lane
+from ray_ladder.task.orchestrator.nodes import NodeCache
+from ray_ladder.task.policy import admit
 from ray_ladder.task.runner import make_batch_runner
 
-if TYPE_CHECKING:
-    from ray_ladder.task.orchestrator.actor import LadderOrchestrator
-
 EWMA_ALPHA = 0.2
+
+
+@dataclass(frozen=True)
+class Ports:
+    """What a task's state may ask of its orchestrator: narrow callbacks, no back-reference.
+
+    Attributes:
+        nodes: The orchestrator's node cache (shared by every task).
+        emit: ``(family, task name, event)``: record and log one transition event.
+        spawn: Run a coroutine in the background (the orchestrator keeps a reference).
+        count: Add one to a named counter of the orchestrator's stats.
+        refresh_all: Re-observe capacity in every task (a node just became suspect).
+    """
+
+    nodes: NodeCache
+    emit: Callable[[str, str, TransitionEvent], None]
+    spawn: Callable[[Coroutine[Any, Any, Any]], None]
+    count: Callable[[str], None]
+    refresh_all: Callable[[], None]
 
 
 class TaskState:
@@ -28,12 +48,12 @@ class TaskState:
 
     The rung of each call comes from the shared :class:`Selector`, observed once per
     capacity refresh and again on every failure it sees; a call that already fell from
-    a rung (pending timeout, a ``fallback_on`` error) asks a throwaway selector for the
-    best obtainable rung below it, so there is still one decision rule.
+    a rung (pending timeout, a ``fallback_on`` error) asks the same selector for the best
+    obtainable rung at or below its floor (:meth:`Selector.best_obtainable`).
     """
 
-    def __init__(self, orch: LadderOrchestrator, key: str, spec: TaskSpec) -> None:
-        self.orch = orch
+    def __init__(self, ports: Ports, key: str, spec: TaskSpec) -> None:
+        self.ports = ports
         self.key = key
         self.family = spec.family
         self.name = spec.name
@@ -46,10 +66,10 @@ class TaskState:
         self.probe_s = self.ladder.policy.probe_interval_s
         self.index = {r.name: i for i, r in enumerate(self.ladder.rungs)}
         self.selector = Selector(self.ladder, self.constraints, on_event=self._on_event)
-        orch.nodes.follow(self.ladder.name)
+        ports.nodes.follow(self.ladder.name)
         self.view = CapacityView(self.ladder, refresh_interval_s=self.probe_s,
-                                 source=orch.nodes.nodes, constraints=self.constraints,
-                                 hook_source=orch.nodes.hook_roles)
+                                 source=ports.nodes.nodes, constraints=self.constraints,
+                                 hook_source=ports.nodes.hook_roles)
         eligible = [r for r in self.ladder.eligible(self.constraints) if r.is_compute]
         contexts = {r.name: RungContext.of(self.ladder, r.name) for r in eligible}
         runner = ray.remote(make_batch_runner(spec.fn, spec.name, contexts))
@@ -67,11 +87,11 @@ class TaskState:
     # --- capacity and decisions ----------------------------------------------------------
 
     def _on_event(self, event: TransitionEvent) -> None:
-        self.orch.emit(self, event)
+        self.ports.emit(self.family, self.name, event)
 
     def refresh(self, force: bool = False) -> None:
         """Observe capacity once per node refresh (and on each failure, with ``force``)."""
-        nodes = self.orch.nodes
+        nodes = self.ports.nodes
         if not force and self._seen_version == nodes.version:
             return
         self._seen_version = nodes.version
@@ -106,8 +126,10 @@ class TaskState:
         if current not in self.lanes:
             return None
         start = max(call.floor, self.index[current])
-        mask = {n: ok and self.index[n] >= start for n, ok in self.obtainable.items()}
-        pick = Selector(self.ladder, self.constraints).observe(mask, now=0.0).rung
+        if start >= len(self.ladder.rungs):
+            return None
+        pick = self.selector.best_obtainable(self.obtainable, compute_only=True,
+                                             at_or_below=self.ladder.rungs[start].name)
         return pick if pick in self.lanes else None
 
     def state_of(self, rung: str) -> str:
@@ -126,19 +148,17 @@ class TaskState:
         """Send ``call`` to the lane of its rung, or fail it with LadderExhaustedError."""
         if call.done:
             return
-        if call.submitted >= self.max_attempts:
-            self.exhaust(call, f"max_attempts ({self.max_attempts}) reached")
-            return
-        rung = self.route(call)
-        if rung is None:
-            self.exhaust(call, "no eligible rung obtainable")
+        rung = self.route(call) if call.submitted < self.max_attempts else None
+        action = admit(call.submitted, self.max_attempts, routable=rung is not None)
+        if action.kind == "exhaust" or rung is None:
+            self.exhaust(call, action.reason)
             return
         if came_from is not None:
             a, b = self.index[came_from], self.index[rung]
             direction: Direction | None = "down" if b > a else "up" if b < a else None
-            self.orch.emit(self, TransitionEvent(time.time(), self.ladder.name, came_from,
-                                                 rung, direction, f"call: {reason}",
-                                                 kind="call"))
+            self.ports.emit(self.family, self.name, TransitionEvent(
+                time.time(), self.ladder.name, came_from, rung, direction, f"call: {reason}",
+                kind="call"))
         self.lanes[rung].enqueue(call)
 
     def retry(self, call: Call, rung: str, reason: str, *, fall: bool) -> None:
@@ -181,6 +201,19 @@ class TaskState:
                 and all(c.done for c in batch.calls):
             # Ray's soft cancel does not interrupt a running streaming task: force it.
             batch.cancel("cancelled by the caller")
+
+    def suspect(self, node_id: str, ttl_s: float) -> None:
+        """Count ``node_id`` dead for ``ttl_s`` (it just killed an attempt), everywhere."""
+        self.ports.nodes.suspect(node_id, ttl_s)
+        self.ports.refresh_all()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run ``coro`` (an attempt's driver) in the orchestrator's background."""
+        self.ports.spawn(coro)
+
+    def count(self, stat: str) -> None:
+        """Add one to the orchestrator's counter ``stat``."""
+        self.ports.count(stat)
 
     def observe_duration(self, seconds: float) -> None:
         e = self.ewma

@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
+import ray
 
 from ray_ladder import Constraints, Ladder, LadderExhaustedError, ladder_task, last_rung
 from ray_ladder.task import call_info
 from ray_ladder.testing import LocalCluster, wait_until
 
-ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.ray
 
 LADDER = Ladder.from_dict({
@@ -62,15 +62,15 @@ def hold(ready: str, release: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(local_cluster):
     nodes = {name: {"num_cpus": 1, "resources": {f"ladder/{name}": 1},
                     "labels": {"ladder.rung": name}} for name in ("h100", "a100")}
-    with LocalCluster(nodes) as c:
-        # Warm one worker per rung so pending timeouts measure scheduling, not startup.
-        assert {r[1] for r in ray.get([where.remote(0)])} == {"h100"}
-        ray.get([where.options(constraints=Constraints(jurisdiction="us")).remote(0),
-                 hold.options(resources={"ladder/a100": 1}).remote("/dev/null", "/")])
-        yield c
+    c = local_cluster(nodes)
+    # Warm one worker per rung so pending timeouts measure scheduling, not startup.
+    assert {r[1] for r in ray.get([where.remote(0)])} == {"h100"}
+    ray.get([where.options(constraints=Constraints(jurisdiction="us")).remote(0),
+             hold.options(resources={"ladder/a100": 1}).remote("/dev/null", "/")])
+    return c
 
 
 def ensure_h100(cluster: LocalCluster) -> None:
@@ -260,7 +260,7 @@ def test_native_path_uses_ray_label_fallback(cluster, tmp_path, caplog):
 
 
 def test_batch_embedding_example_runs_on_the_ladder(cluster):
-    path = Path(__file__).resolve().parent.parent / "examples" / "batch_embedding.py"
+    path = Path(__file__).resolve().parents[2] / "examples" / "batch_embedding.py"
     spec = importlib.util.spec_from_file_location("batch_embedding_example", path)
     example = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = example

@@ -406,7 +406,7 @@ def test_the_example_serve_config_builds(monkeypatch):
 
     from ray_ladder.serve import app_builder
 
-    root = __import__("pathlib").Path(__file__).resolve().parent.parent
+    root = __import__("pathlib").Path(__file__).resolve().parents[2]
     monkeypatch.chdir(root)  # paths in the config are relative to where `serve run` starts
     monkeypatch.syspath_prepend(str(root))
     config = yaml.safe_load((root / "examples" / "serve_config.yaml").read_text())

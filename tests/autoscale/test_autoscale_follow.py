@@ -30,7 +30,7 @@ def _roles(time: float = NOW, stopped: bool = False, **by_rung: str) -> dict:
              "stopped": stopped, "serving": "h100",
              "rungs": {n: {"role": r, "status": "up", "nodes": 1, "failures": 0}
                        for n, r in by_rung.items()},
-             "events": [{"kind": "promoted"}] * 50}
+             "events": [{"kind": "transition"}] * 50}
     return roles.summarize(state)
 
 

@@ -14,12 +14,12 @@ from ray import tune
 
 from ray_ladder import Ladder
 from ray_ladder.cluster.capacity import CapacityView
-from ray_ladder.testing import LocalCluster, wait_until
+from ray_ladder.testing import wait_until
 from ray_ladder.tune import Tuner, rung_history, with_ladder
 
 pytestmark = pytest.mark.ray
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "train_on_ladder.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_on_ladder.py"
 
 
 def _load_example():
@@ -38,9 +38,8 @@ LADDER = Ladder.from_yaml(ex.LADDER_YAML)
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    with LocalCluster(ex.NODE_TYPES, head=ex.HEAD) as c:
-        yield c
+def cluster(local_cluster):
+    return local_cluster(ex.NODE_TYPES, head=ex.HEAD)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from ray_ladder import load_ladder
 from ray_ladder.autoscale.render.ray_up import is_eu_region
 from ray_ladder.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "cluster-configs"
 RAY_UP = ["aws.yaml", "gcp.yaml", "azure.yaml", "hybrid-onprem-eu.yaml", "local-fake.yaml"]
 CLOUD = ["aws.yaml", "gcp.yaml", "azure.yaml", "hybrid-onprem-eu.yaml"]

@@ -21,8 +21,8 @@ from ray_ladder import (
 )
 from ray_ladder.core.spec import as_ladder
 
-BAD = Path(__file__).parent / "data" / "bad"
-EXAMPLES = Path(__file__).parent.parent / "examples" / "ladders"
+BAD = Path(__file__).parents[1] / "data" / "bad"
+EXAMPLES = Path(__file__).parents[2] / "examples" / "ladders"
 
 # file -> (field path, text naming the bad value or None when the field is missing,
 #          text the fix must contain). One file per validation rule.

@@ -8,15 +8,12 @@ import sys
 import threading
 import time
 
+import cloudpickle
+import httpx
 import pytest
 
-pytest.importorskip("ray.serve")
-httpx = pytest.importorskip("httpx")
-
-import cloudpickle  # noqa: E402
-
-from ray_ladder import Ladder  # noqa: E402
-from ray_ladder.testing import free_port, wait_until  # noqa: E402
+from ray_ladder import Ladder
+from ray_ladder.testing import free_port, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600),
               pytest.mark.filterwarnings("ignore:The `metrics_interval_s`:DeprecationWarning")]
@@ -219,8 +216,8 @@ def test_serve_ladder_follows_the_hook_down_and_back_up(stack):
     assert {n for t, _, _, n in load.results if t > t_gone} == {"h100"}
     assert a100_up_when_held  # the hold came from the hook, not from a missing node
     assert ray.get(probe.remote(), timeout=SLOW) == "h100"
-    kinds = [(e["kind"], e["rung"]) for e in _hook(stack)["events"]]
-    assert ("promoted", "h100") in kinds and ("released", "a100") in kinds
+    kinds = [(e["kind"], e["rung"], e["direction"]) for e in _hook(stack)["events"]]
+    assert ("transition", "h100", "up") in kinds and ("released", "a100", None) in kinds
     assert [e["node_type"] for e in cluster.events() if e["event"] == "terminated"] == ["a100"]
     t_h100 = load.first("h100", t_allow)
     print(json.dumps({  # the climb as this test saw it (machine shared, timings noisy)

@@ -9,8 +9,9 @@ import yaml
 from click.testing import CliRunner
 
 from ray_ladder import Ladder, Rung
+from ray_ladder.autoscale.render import RenderOptions, render, render_yaml
 from ray_ladder.autoscale.render.catalog import rung_hardware
-from ray_ladder.autoscale.render.ray_up import RenderOptions, join_command, render, render_yaml
+from ray_ladder.autoscale.render.ray_up import join_command
 from ray_ladder.cli import main
 
 LADDER = Ladder.from_yaml("""
@@ -124,7 +125,7 @@ def test_render_does_not_import_ray(tmp_path):
 
     # Ray may be loaded by other tests: check in a fresh interpreter.
     code = ("import sys; from ray_ladder import load_ladder; "
-            "from ray_ladder.autoscale.render.ray_up import render; "
+            "from ray_ladder.autoscale.render import render; "
             f"render(load_ladder({str(path)!r}), 'kuberay'); print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)

@@ -6,7 +6,6 @@ import json
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from ray_ladder.cli import main
 from ray_ladder.core.spec import load_ladder
 from ray_ladder.node.accelerators import NodeResources, missing_for
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "ladders"
 DOC = ROOT / "docs" / "accelerators.md"
 
@@ -182,24 +181,20 @@ def _node(fake: str, *args: str) -> NodeResources:
 
 
 @pytest.fixture(scope="module")
-def advertised_cluster() -> Iterator[tuple[Any, dict[str, NodeResources]]]:
+def advertised_cluster(local_cluster: Any) -> tuple[Any, dict[str, NodeResources]]:
     """Head: on-prem CPU node; workers: on-prem 8 x H100 and an EU-cloud MIG A100 node."""
-    from ray_ladder.testing import LocalCluster, NodeType
+    from ray_ladder.testing import NodeType
 
     head = _node("no-driver", "--site", "onprem", "--extra-resources", '{"ladder/onprem-cpu": 1}')
     nodes = {"onprem-h100": _node("h100x8", "--site", "onprem"),
              "eu-a100-mig": _node("a100-mig", "--site", "eu-cloud")}
-    cluster = LocalCluster(
+    cluster = local_cluster(
         {name: NodeType(num_cpus=1, resources=n.resources, labels=n.labels)
          for name, n in nodes.items()},
         head=NodeType(num_cpus=2, resources=head.resources, labels=head.labels,
                       object_store_memory=100 * 2**20),
     )
-    cluster.start()
-    try:
-        yield cluster, {"head": head, **nodes}
-    finally:
-        cluster.shutdown()
+    return cluster, {"head": head, **nodes}
 
 
 @pytest.mark.ray

@@ -6,17 +6,14 @@ import sys
 import threading
 import time
 
+import cloudpickle
+import httpx
 import pytest
+from ray import serve
 
-pytest.importorskip("ray.serve")
-httpx = pytest.importorskip("httpx")
-
-import cloudpickle  # noqa: E402
-from ray import serve  # noqa: E402
-
-from ray_ladder import InvalidConstraintsError, Ladder, LadderExhaustedError  # noqa: E402
-from ray_ladder.serve import LadderResult, build_app  # noqa: E402
-from ray_ladder.testing import LocalCluster, free_port, wait_until  # noqa: E402
+from ray_ladder import InvalidConstraintsError, Ladder, LadderExhaustedError
+from ray_ladder.serve import LadderResult, build_app
+from ray_ladder.testing import LocalCluster, free_port, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
@@ -85,10 +82,9 @@ class App:
 
 
 @pytest.fixture(scope="module")
-def app():
-    cluster = LocalCluster.from_ladder(LADDER, initial={"h100": 1, "a100": 1},
-                                       system_config={"metrics_report_interval_ms": 1000})
-    cluster.start()
+def app(local_cluster):
+    cluster = local_cluster(ladder=LADDER, initial={"h100": 1, "a100": 1},
+                            system_config={"metrics_report_interval_ms": 1000})
     try:
         port = free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": port},
@@ -106,10 +102,7 @@ def app():
                            name="it")
         yield App(cluster, port, handle)
     finally:
-        try:
-            serve.shutdown()
-        finally:
-            cluster.shutdown()
+        serve.shutdown()  # the factory shuts the cluster down after the module
 
 
 @pytest.fixture

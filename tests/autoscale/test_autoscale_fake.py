@@ -174,7 +174,9 @@ def _climb(cluster, hook, sub, watcher, watched) -> None:
         # 3. The a100 request is released and Ray's idle timeout returns its node.
         wait_until(lambda: "a100" not in _alive_types(), 120,
                    message="a100 node released after the climb")
-        time.sleep(0.5)  # let the consumer send a few tasks to h100
+        climbed = len(consumer.sent)
+        wait_until(lambda: sum(r == "h100" for _, r, _ in consumer.sent[climbed:]) >= 3, 30,
+                   message="the consumer sent tasks to h100 after the climb")
     results = consumer.results()  # raises if any task was lost
     assert len(results) == len(consumer.sent) > 20
     assert all(rung is not None for _, rung, _ in consumer.sent)
@@ -183,9 +185,9 @@ def _climb(cluster, hook, sub, watcher, watched) -> None:
     assert all(node == (rung if rung != "cpu" else "head") for rung, node in ran_on)
     order = [r for i, (r, _) in enumerate(ran_on) if i == 0 or ran_on[i - 1][0] != r]
     assert order[-2:] == ["a100", "h100"]
-    kinds = [(e["kind"], e["rung"]) for e in _state(hook)["events"]]
-    assert ("stockout", "h100") in kinds and ("promoted", "h100") in kinds
-    assert ("released", "a100") in kinds
+    kinds = [(e["kind"], e["rung"], e["direction"]) for e in _state(hook)["events"]]
+    assert ("stockout", "h100", None) in kinds and ("transition", "h100", "up") in kinds
+    assert ("released", "a100", None) in kinds
     terminated = [e for e in cluster.events() if e["event"] == "terminated"]
     assert [e["node_type"] for e in terminated] == ["a100"]
     # Subscribers saw every step: h100 warmed before it served; a100 drained, then released.

@@ -106,7 +106,8 @@ def test_climb_back_after_hysteresis_then_drain_then_release():
     assert any(e["kind"] == "node-joined" and e["rung"] == "h100" for e in plan.events)
     plan = p.step({"cpu": 1, "a100": 1, "h100": 1}, [], now=13.0)
     assert plan.serving == "h100"
-    assert any(e["kind"] == "promoted" and e["rung"] == "h100" for e in plan.events)
+    assert any(e["kind"] == "transition" and e["direction"] == "up" and e["rung"] == "h100"
+               for e in plan.events)
     assert p.rungs["a100"].role == "draining" and "a100" in requested(plan)
     plan = p.step({"cpu": 1, "a100": 1, "h100": 1}, [], now=17.9)
     assert "a100" in requested(plan)

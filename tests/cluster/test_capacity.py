@@ -9,7 +9,7 @@ import pytest
 from ray_ladder import Ladder, Selector
 from ray_ladder.cluster.capacity import CapacityView
 from ray_ladder.core.placement import NodeState
-from ray_ladder.testing import LocalCluster, wait_until
+from ray_ladder.testing import wait_until
 
 LADDER = Ladder.from_dict({
     "name": "cap",
@@ -24,12 +24,11 @@ LADDER = Ladder.from_dict({
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    with LocalCluster({
+def cluster(local_cluster):
+    return local_cluster({
         "h100": {"resources": {"ladder/h100": 1}},
         "a100": {"resources": {"ladder/a100": 1}},
-    }) as c:
-        yield c
+    })
 
 
 @pytest.mark.ray

@@ -12,9 +12,9 @@ from click.testing import CliRunner
 from ray_ladder import load_ladder
 from ray_ladder.cli import main
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 EXAMPLES = sorted((ROOT / "examples" / "ladders").glob("*.yaml"))
-BAD = Path(__file__).parent / "data" / "bad"
+BAD = Path(__file__).parents[1] / "data" / "bad"
 
 
 @pytest.fixture

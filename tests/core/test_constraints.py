@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from ray_ladder import Constraints, Ladder, Rung, load_ladder
 
-EXAMPLES = Path(__file__).parent.parent / "examples" / "ladders"
+EXAMPLES = Path(__file__).parents[2] / "examples" / "ladders"
 
 LADDER = Ladder.from_dict(
     {

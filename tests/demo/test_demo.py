@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -37,9 +36,9 @@ from ray_ladder.demo.report import (
 )
 from ray_ladder.demo.run import DemoError, to_demo_time, train
 from ray_ladder.demo.story import DEFAULT_STORY, Step, StoryEvent, run_story
-from ray_ladder.testing import node_type_for_rung
+from ray_ladder.testing import node_type_for_rung, wait_until
 
-DEMO_LADDER = Path(__file__).resolve().parent.parent / "examples" / "ladders" / "demo.yaml"
+DEMO_LADDER = Path(__file__).resolve().parents[2] / "examples" / "ladders" / "demo.yaml"
 LADDER = ["h100", "a100", "cpu", "cache", "shed"]
 
 
@@ -165,9 +164,7 @@ def test_load_generator_is_bounded_and_records_every_answer():
                         max_requests=40, watch_interval_s=0.01,
                         transport=httpx.MockTransport(handler))
     gen.start()
-    started = time.monotonic()
-    while gen.running and time.monotonic() - started < 10:
-        time.sleep(0.02)
+    wait_until(lambda: not gen.running, 10, 0.02, "the load generator sent its 40 requests")
     assert gen.stop(timeout_s=5.0)
     records = gen.records()
     assert gen.crash is None
@@ -184,9 +181,7 @@ def test_load_generator_stops_on_time_when_asked():
                         watch_interval_s=None,
                         transport=httpx.MockTransport(lambda r: httpx.Response(200, json=1)))
     gen.start()
-    started = time.monotonic()
-    while not gen.records() and time.monotonic() - started < 30:
-        time.sleep(0.02)
+    wait_until(gen.records, 30, 0.02, "a first answer")
     assert gen.stop(timeout_s=10.0)
     assert 1 <= len(gen.records()) <= 20  # of 300 scheduled
 
@@ -223,9 +218,7 @@ def test_load_process_runs_the_generator_in_a_child_and_streams_back(tmp_path):
         url = f"http://127.0.0.1:{server.server_address[1]}"
         gen = LoadProcess(url, [([3.0] * 64, 3), ([5.0] * 64, 4)], rate_hz=40.0,
                           duration_s=1.0, watch_interval_s=0.1).start()
-        started = time.monotonic()
-        while gen.running and time.monotonic() - started < 30:
-            time.sleep(0.05)
+        wait_until(lambda: not gen.running, 30, 0.05, "the load process ran its second")
         assert gen.stop(timeout_s=10)
     finally:
         server.shutdown()

@@ -1,0 +1,190 @@
+"""The one door to Ray's private APIs: every use of a Ray internal in ray_ladder goes here.
+
+Each function names the private thing it wraps. ``tests/cluster/test_ray_private.py`` pins
+every one of them to the Ray series in ``pyproject.toml``, so a Ray upgrade is a change to
+this file (and that test) only. Imports happen inside the functions: importing this module
+costs nothing and never imports Ray.
+
+One exception, by design: ``ray_ladder/serve/scaling.py`` is cloudpickled by value into the
+Serve controller, which may not have ray_ladder installed, so it reads the KV directly (the
+same ``_internal_kv_get`` as :func:`kv_get`; the pin test covers it too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any
+
+#: The Ray series these internals were read from (``ray[serve,tune]>=2.60,<2.61``).
+RAY_SERIES = "2.60"
+
+#: Everything this module reaches, as ``module: attribute`` (the pin test resolves each).
+PRIVATE_USES: tuple[tuple[str, str], ...] = (
+    ("ray._private.state", "available_resources_per_node"),
+    ("ray._private.worker", "global_worker"),
+    ("ray._private.worker", "print_to_stdstream"),
+    ("ray._private.ray_constants", "PROCESS_TYPE_RAYLET"),
+    ("ray._private.ray_constants", "DEBUG_AUTOSCALING_STATUS"),
+    ("ray._private.services", "get_node_ip_address"),
+    ("ray._common.ray_option_utils", "task_options"),
+    ("ray.experimental.internal_kv", "_internal_kv_get"),
+    ("ray.experimental.internal_kv", "_internal_kv_put"),
+    ("ray.experimental.internal_kv", "_internal_kv_del"),
+    ("ray.experimental.internal_kv", "_internal_kv_list"),
+    ("ray.experimental.internal_kv", "_internal_kv_initialized"),
+    ("ray.autoscaler._private.util", "validate_config"),
+    ("ray.autoscaler._private.fake_multi_node.node_provider", "FakeMultiNodeProvider"),
+    ("ray.autoscaler.v2.utils", "is_autoscaler_v2"),
+    ("ray.autoscaler.v2.sdk", "get_cluster_status"),
+    ("ray.serve.handle", "DeploymentResponse._fetch_future_result_async"),
+    ("ray.tune.execution.tune_controller", "TuneController._set_trial_status"),
+)
+
+
+# --- GCS and the core worker -------------------------------------------------------------
+
+def available_resources_per_node() -> dict[str, dict[str, float]]:
+    """Per-node available resources from the GCS (``ray._private.state``)."""
+    from ray._private import state
+
+    return dict(state.available_resources_per_node())
+
+
+def core_worker_identity() -> int:
+    """Identity of this process's core worker: a new ``ray.init`` gives a new one."""
+    from ray._private.worker import global_worker
+
+    return id(getattr(global_worker, "core_worker", None))
+
+
+def node_ip_address() -> str:
+    """This machine's IP as Ray sees it (``ray._private.services``)."""
+    import ray._private.services as services
+
+    return str(services.get_node_ip_address())
+
+
+def raylet_processes(node: Any) -> list[Any]:
+    """The raylet process infos of a ``ray._private.node.Node`` (for a whole-node kill)."""
+    from ray._private import ray_constants
+
+    return list(node.all_processes.get(ray_constants.PROCESS_TYPE_RAYLET, []))
+
+
+def redirect_worker_output(sink: Any) -> Any:
+    """Send the log lines Ray prints for workers to ``sink``; returns the original printer."""
+    import ray._private.worker as ray_worker
+
+    original = ray_worker.print_to_stdstream
+    ray_worker.print_to_stdstream = sink
+    return original
+
+
+def restore_worker_output(original: Any) -> None:
+    """Undo :func:`redirect_worker_output`."""
+    import ray._private.worker as ray_worker
+
+    ray_worker.print_to_stdstream = original
+
+
+def task_option_table() -> dict[str, Any]:
+    """Ray's own table of task options and their validators."""
+    try:
+        from ray._common.ray_option_utils import task_options
+    except ImportError:  # older layout
+        from ray._private.ray_option_utils import task_options  # type: ignore[no-redef]
+    return dict(task_options)
+
+
+# --- the internal KV ---------------------------------------------------------------------
+
+def kv_initialized() -> bool:
+    """Whether this process can reach the GCS's internal KV."""
+    from ray.experimental.internal_kv import _internal_kv_initialized
+
+    return bool(_internal_kv_initialized())
+
+
+def kv_get(key: str, namespace: str | None = None) -> bytes | None:
+    """One value of the internal KV, or ``None``."""
+    from ray.experimental.internal_kv import _internal_kv_get
+
+    value = _internal_kv_get(key, namespace=namespace)
+    return None if value is None else bytes(value)
+
+
+def kv_put(key: str, value: str | bytes, namespace: str | None = None) -> None:
+    """Write (overwrite) one value of the internal KV."""
+    from ray.experimental.internal_kv import _internal_kv_put
+
+    _internal_kv_put(key, value, overwrite=True, namespace=namespace)
+
+
+def kv_del(key: str, namespace: str | None = None) -> None:
+    """Delete one key of the internal KV."""
+    from ray.experimental.internal_kv import _internal_kv_del
+
+    _internal_kv_del(key, namespace=namespace)
+
+
+def kv_list(prefix: str, namespace: str | None = None) -> list[bytes]:
+    """Keys of the internal KV that start with ``prefix``."""
+    from ray.experimental.internal_kv import _internal_kv_list
+
+    return [bytes(k) for k in _internal_kv_list(prefix, namespace=namespace)]
+
+
+def autoscaling_status_v1() -> bytes | None:
+    """The v1 monitor's debug status (``DEBUG_AUTOSCALING_STATUS`` in the KV)."""
+    from ray._private import ray_constants
+
+    return kv_get(ray_constants.DEBUG_AUTOSCALING_STATUS)
+
+
+# --- the autoscaler ----------------------------------------------------------------------
+
+def is_autoscaler_v2() -> bool:
+    """Whether the cluster runs Ray's autoscaler v2 (False when it cannot tell)."""
+    try:
+        from ray.autoscaler.v2.utils import is_autoscaler_v2 as v2
+
+        return bool(v2())
+    except Exception:  # older Ray or no GCS answer: v1
+        return False
+
+
+def autoscaler_v2_status(gcs_address: str) -> Any:
+    """Autoscaler v2's cluster status (``failed_launches`` and friends)."""
+    from ray.autoscaler.v2.sdk import get_cluster_status
+
+    return get_cluster_status(gcs_address)
+
+
+def validate_cluster_config(config: dict[str, Any]) -> None:
+    """Ray's own ``ray up`` validator (``ray-schema.json``); raises jsonschema's error."""
+    from ray.autoscaler._private.util import validate_config
+
+    validate_config(config)
+
+
+def fake_multinode_provider_class() -> type:
+    """Ray's fake multi-node provider class (the base of the stock-out provider)."""
+    from ray.autoscaler._private.fake_multi_node.node_provider import FakeMultiNodeProvider
+
+    return FakeMultiNodeProvider  # type: ignore[no-any-return]
+
+
+# --- Serve and Tune ----------------------------------------------------------------------
+
+def replica_assigned(response: Any) -> Awaitable[Any]:
+    """The first half of ``await response``: resolves once a replica took the request.
+
+    ``DeploymentResponse._fetch_future_result_async`` lets the router time "taken by a
+    replica" apart from "answered".
+    """
+    return response._fetch_future_result_async()  # type: ignore[no-any-return]
+
+
+def set_trial_status(tune_controller: Any, trial: Any, status: str) -> None:
+    """Set a trial's status the way Tune's controller does (``_set_trial_status``)."""
+    tune_controller._set_trial_status(trial, status)
