@@ -84,12 +84,35 @@ def test_generated_only_run_with_units(ladder_file: Path, tmp_path: Path) -> Non
         (["--trace", "h100=always", "--duration", "1h", "--hysteresis", "1,x"],
          "expected integers"),
         (["--trace", "h100=always", "--duration", "soon"], "not a duration"),
+        (["--trace", "h100=always", "--duration", "1h", "--compare", "slurm"],
+         "unknown policy 'slurm'"),
+        (["--trace", "h100=always", "--duration", "1h", "--compare", "litellm:ttl=1"],
+         "keys: cooldown, start"),
     ],
 )
 def test_errors_exit_2_with_the_reason(ladder_file: Path, args: list[str], match: str) -> None:
     code, out = invoke(str(ladder_file), *args)
     assert code == 2
     assert match in out
+
+
+def test_compare_prints_one_row_per_policy_and_writes_them(ladder_file: Path,
+                                                          tmp_path: Path) -> None:
+    out_json, out_png = tmp_path / "c.json", tmp_path / "c.png"
+    code, out = invoke(str(ladder_file), "--trace", f"h100={DATA / 'h100.json'}",
+                       "--trace", f"a100={DATA / 'a100.csv'}", "--compare", "all",
+                       "--compare", "karpenter:consolidation=on,ice_ttl=1m",
+                       "--flap-window", "5m", "--json", str(out_json), "--plot", str(out_png))
+    assert code == 0, out
+    assert "side by side" in out and "ray-native" in out and "oracle" in out
+    assert "h=2" not in out  # comparing alone skips the hysteresis sweep
+    report = json.loads(out_json.read_text())
+    assert [p["policy"] for p in report["comparison"]] == [
+        "ladder", "ray-native", "gke-computeclass",
+        "gke-computeclass (when_unsatisfiable=ScaleUpAnyway)", "karpenter", "litellm",
+        "karpenter (ice_ttl=60, consolidation=on)"]
+    assert report["flap_window_s"] == 300 and report["policies"] == []
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_invalid_ladder_file_exits_2(tmp_path: Path) -> None:
@@ -100,7 +123,8 @@ def test_invalid_ladder_file_exits_2(tmp_path: Path) -> None:
 
 
 def test_simulator_imports_neither_ray_nor_matplotlib() -> None:
-    code = ("import sys, ray_ladder.simulate, ray_ladder.cli.simulate_cmd; "
+    code = ("import sys, ray_ladder.simulate, ray_ladder.simulate.baselines, "
+            "ray_ladder.cli.simulate_cmd; "
             "print(sorted(m for m in ('ray', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
@@ -117,6 +141,23 @@ def test_real_traces_with_the_gpu_serving_ladder(gpu_ladder, traces_dir: Path) -
     assert h1.rung_fraction["h100"] == pytest.approx(0.480, abs=0.0005)
     climbs = [r.policy(h).climbs for h in (1, 3, 10)]
     assert climbs == sorted(climbs, reverse=True) and climbs[-1] < climbs[0]
+
+
+def test_real_traces_side_by_side(gpu_ladder, traces_dir: Path) -> None:
+    t = traces_dir / "aws-10-26-2022_us-west-2a"
+    r = simulate(gpu_ladder, {"h100": f"{t}_v100_8.json", "a100": f"{t}_k80_8.json",
+                              "l4": f"{t}_v100_1.json"},
+                 compare=["all", "ladder:h=1,fall=0,start=0"])
+    free = r.comparison[-1]
+    assert free.quality_weighted_availability == r.oracle.quality_weighted_availability
+    assert all(p.quality_weighted_availability <= free.quality_weighted_availability
+               for p in r.comparison)
+    # Placed once, never climbing: Ray's fallback and Karpenter end up on the CPU pool.
+    for name in ("ray-native", "karpenter"):
+        assert r.compared(name).top_fraction < 0.01 and r.compared(name).climbs == 0
+    # GKE climbs back, one 341 s migration at a time; LiteLLM follows capacity at once.
+    assert 0.40 < r.compared("gke-computeclass").top_fraction < r.compared("litellm").top_fraction
+    assert r.compared("litellm").flaps >= free.flaps
 
 
 @pytest.mark.parametrize(("seconds", "text"), [(45, "45s"), (600, "10m"), (750, "12m30s"),

@@ -95,22 +95,29 @@ consolidate_after_s=15.0)
 
 
 def parse_policies(specs: str | Baseline | Iterable[str | Baseline]) -> list[Baseline]:
-    """Policies from specs; ``all`` expands to :data:`ALL`, a plain ``a,b,c`` to names.
+    """Policies from specs: ``all`` expands to :data:`ALL`; commas separate policies.
+
+    A comma-separated part with an ``=`` and no ``:`` continues the previous policy's
+    options: ``"litellm,karpenter:consolidation=on,ice_ttl=1m,ladder"`` is three.
 
     Example:
-        >>> [p.label for p in parse_policies(["ladder,litellm"])]
-        ['ladder', 'litellm']
+        >>> [p.label for p in parse_policies(["ladder:h=2,start=5,litellm"])]
+        ['ladder (hysteresis=2, start=5)', 'litellm']
     """
     items = [specs] if isinstance(specs, (str, Baseline)) else list(specs)
     out: list[Baseline] = []
     for item in items:
         if isinstance(item, Baseline):
             out.append(item)
-        elif ":" in item:
-            out.append(parse_policy(item))
-        else:
-            for name in filter(None, (s.strip() for s in item.split(","))):
-                out += [parse_policy(s) for s in ALL] if name == "all" else [parse_policy(name)]
+            continue
+        groups: list[str] = []
+        for part in filter(None, (s.strip() for s in item.split(","))):
+            if groups and "=" in part and ":" not in part:
+                groups[-1] += "," + part
+            else:
+                groups.append(part)
+        for group in groups:
+            out += [parse_policy(s) for s in ALL] if group == "all" else [parse_policy(group)]
     return out
 
 

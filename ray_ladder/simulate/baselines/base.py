@@ -165,6 +165,12 @@ class Engine:
             self.pending, self.ready = -1, INF
             self.starting_log.append((t, -1))
 
+    def abandon(self, t: float) -> None:
+        """Drop the start in progress and head back to the rung that still serves."""
+        self.cancel(t)
+        if self.served >= 0:
+            self.aim(t, self.served)
+
     def lose(self, t: float) -> None:
         """The serving rung is gone: nothing serves until a start completes."""
         if self.served >= 0:

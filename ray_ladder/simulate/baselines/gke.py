@@ -109,7 +109,7 @@ class _GkeRun(Stepper):
             eng.cancel(t)
             self._place(t, ok)
         elif eng.pending >= 0 and not self._ok(ok, eng.pending):
-            eng.cancel(t)
+            eng.abandon(t)
             if eng.served < 0:
                 self._place(t, ok)
         elif eng.served < 0:

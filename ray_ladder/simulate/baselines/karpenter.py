@@ -100,7 +100,7 @@ class _KarpenterRun(Stepper):
             self._place(t, ok)
         elif eng.pending >= 0 and not ok[eng.pending]:
             self.cached[eng.pending] = t + self.ttl  # the launch is refused after all
-            eng.cancel(t)
+            eng.abandon(t)
             if eng.served < 0:
                 self._place(t, ok)
         elif eng.served < 0:
@@ -142,8 +142,7 @@ class _KarpenterRun(Stepper):
             if ok[i]:
                 self._run_on(t, i, self.start)
                 return
-            self.eng.aim(t, i)  # the launch is tried, and refused
-            self.cached[i] = t + self.ttl
+            self.cached[i] = t + self.ttl  # the launch is tried, and refused
             tried.add(i)
             if self.retry > 0:
                 self.next_try = t + self.retry

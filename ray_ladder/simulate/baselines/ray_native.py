@@ -130,7 +130,6 @@ class _RayNativeRun(Stepper):
             return
         self.attempt = pos
         i = self.compute[pos]
-        self.eng.aim(t, i)
         if ok[i]:
             self._run_on(t, i)
         else:
