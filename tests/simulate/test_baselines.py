@@ -11,6 +11,7 @@ from ray_ladder.simulate.baselines import (
     Karpenter,
     LadderPolicy,
     LiteLLM,
+    PolicyContext,
     RayNative,
     parse_policies,
     parse_policy,
@@ -224,8 +225,6 @@ def test_litellm_bills_every_deployment_as_standby() -> None:
 def test_ladder_policy_is_the_selector_replay_with_measured_costs() -> None:
     lad = ladder(H, A, C)
     r = simulate(lad, NATIVE_TRACES, compare=["ladder"], tick_s=TICK)
-    from ray_ladder.simulate.baselines import PolicyContext
-
     ctx = PolicyContext.build(lad, r.timeline)
     direct = replay(lad, ctx.timeline, promotion_delay_s=10.0, demotion_delay_s=10.33,
                     fall_delay_s=0.33)
@@ -278,3 +277,32 @@ def test_comparing_skips_the_sweep_unless_asked() -> None:
             "climbs_per_day", "falls_per_day", "flaps", "cost_per_served_hour"}
     d = r2.to_dict()
     assert all(keys <= set(p) for p in [*d["policies"], *d["comparison"], d["oracle"]])
+
+
+def test_gke_scale_up_anyway_cannot_host_an_accelerator_pod() -> None:
+    lad = Ladder.from_dict({"name": "g", "rungs": [
+        {"name": "h100", "resources": {"ladder/h100": 1}},
+        {"name": "l4", "resources": {"ladder/l4": 1}, "quality": 0.8}]})
+    traces: dict[str, Trace | str] = {"h100": bits(1, 1, 0, 0, 1, 1, 1, 1, 1, 1),
+                                      "l4": bits(1, 1, 0, 0, 0, 0, 0, 0, 0, 0)}
+    p = run(lad, traces, GkeComputeClass(climb_s=0, provision_fail_s=0, start_s=0,
+                                         when_unsatisfiable="ScaleUpAnyway"))
+    # The default machine series has no GPU: the pod stays pending, as with DoNotScaleUp.
+    assert p.replay.served_per_tick() == [H, H, None, None, H, H, H, H, H, H]
+
+
+def test_ladder_policy_warm_options() -> None:
+    traces: dict[str, Trace | str] = {H: NATIVE_TRACES[H], A: "always"}
+    cold = run(ladder(H, A, C), traces, LadderPolicy(hysteresis=1, fall_s=0, start_s=50,
+                                                     warm="none"))
+    warm = run(ladder(H, A, C), traces, LadderPolicy(hysteresis=1, fall_s=0, start_s=50,
+                                                     warm="a100"))
+    assert cold.unserved_fraction == pytest.approx(0.05)  # the fall at 2 onto cold a100
+    assert warm.unserved_fraction == 0
+    # a100 serves 2.0-4.5 (the climb back waits 50 s) and idles warm 750 s at 18/h.
+    assert warm.cost_standby == pytest.approx(3.75)
+    ctx = PolicyContext.build(ladder(H, A, C),
+                              simulate(ladder(H, A, C), traces, tick_s=TICK).timeline)
+    assert parse_policy("ladder:warm=all").warm_rungs(ctx) == [H, A, C]
+    with pytest.raises(ValueError, match="not compute rungs"):
+        run(ladder(H, A), traces, LadderPolicy(warm="shed"))

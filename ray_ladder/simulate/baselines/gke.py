@@ -34,8 +34,11 @@ class GkeComputeClass(Baseline):
       node serves ``start_s`` after it is asked for.
     * **No rule satisfiable**: ``whenUnsatisfiable: DoNotScaleUp`` leaves the pod pending
       (nothing served) until a rule can be had again; ``ScaleUpAnyway`` creates a node of
-      GKE's default machine series instead, modelled as the ladder's *last compute rung*,
-      served whatever its trace says (general-purpose capacity is taken to be there).
+      GKE's default machine series (general-purpose, no accelerator) instead. It can run
+      the pod only if the ladder's *last compute rung* needs no accelerator (no custom
+      resources, GPUs or accelerator type: a CPU rung): then that rung serves, whatever
+      its trace says (general-purpose capacity is taken to be there). Otherwise the pod
+      stays pending as with ``DoNotScaleUp``.
     * **Climb**: with ``activeMigration.optimizeRulePriority`` (``active_migration``),
       when a higher-priority rule is obtainable GKE provisions it and moves the pod;
       the old node serves until the move, ``climb_s`` after it starts (one whole
@@ -78,6 +81,12 @@ class GkeComputeClass(Baseline):
         return state.eng.finish(self.name, self.params(), self.warm_rungs(ctx))
 
 
+def _general_purpose(ctx: PolicyContext, i: int) -> bool:
+    """Whether rung ``i`` fits a node of GKE's default series: no accelerator asked."""
+    rung = ctx.ladder.rung(ctx.names[i])
+    return not rung.resources and not rung.num_gpus and not rung.accelerator_type
+
+
 class _GkeRun(Stepper):
     def __init__(self, policy: GkeComputeClass, ctx: PolicyContext) -> None:
         self.eng = Engine(ctx)
@@ -90,6 +99,8 @@ class _GkeRun(Stepper):
         self.migrate = policy.active_migration
         self.anyway = policy.when_unsatisfiable == "ScaleUpAnyway"
         self.default = self.compute[-1] if self.compute else -1
+        if self.default >= 0 and not _general_purpose(ctx, self.default):
+            self.anyway = False  # GKE's default node cannot host an accelerator pod
         self.on_default = False  # serving (or starting) GKE's default node
         self.walk = -1  # position in self.compute of the rule being provisioned; -1: none
         self.walk_at = INF

@@ -35,6 +35,9 @@ class LadderPolicy(Baseline):
         hysteresis: Promotion hysteresis in ticks (``None``: the ladder's policy).
         fall_s: Seconds to notice a lost rung and re-route.
         start_s: Seconds for a replica on a cold rung to start and answer.
+        warm: Which compute rungs keep standby replicas: ``None`` (the ladder's
+            ``standby_replicas``, or the simulation's ``warm=``), ``"all"``, ``"none"``,
+            or names joined by ``+`` (``"h100+l4"``).
 
     Example:
         >>> from ray_ladder.simulate.baselines import LadderPolicy
@@ -46,6 +49,7 @@ class LadderPolicy(Baseline):
     hysteresis: int | None = None
     fall_s: float = MEASURED_FALL_S
     start_s: float = MEASURED_START_S
+    warm: str | None = None
 
     def __post_init__(self) -> None:
         h = self.hysteresis
@@ -56,15 +60,27 @@ class LadderPolicy(Baseline):
                 raise ValueError(f"ladder: {key} must be >= 0, got {getattr(self, key)}")
 
     def warm_rungs(self, ctx: PolicyContext) -> list[str]:
-        """The ladder's warm rungs (``standby_replicas``, or ``warm=``)."""
-        return list(ctx.warm)
+        """The warm compute rungs (see ``warm``)."""
+        compute = [n for n, c in zip(ctx.names, ctx.compute, strict=True) if c]
+        if self.warm is None:
+            return list(ctx.warm)
+        if self.warm == "all":
+            return compute
+        if self.warm == "none":
+            return []
+        names = [n.strip() for n in self.warm.split("+") if n.strip()]
+        unknown = [n for n in names if n not in compute]
+        if unknown:
+            raise ValueError(f"ladder: warm names {unknown}, not compute rungs; compute "
+                             f"rungs: {compute}")
+        return names
 
     def run(self, ctx: PolicyContext) -> Replay:
         """Replay the live selector over ``ctx``'s timeline."""
         rep = replay(ctx.ladder, ctx.timeline, hysteresis=self.hysteresis,
                      promotion_delay_s=self.start_s,
                      demotion_delay_s=self.fall_s + self.start_s, fall_delay_s=self.fall_s,
-                     warm=ctx.warm, constraints=ctx.constraints)
+                     warm=self.warm_rungs(ctx), constraints=ctx.constraints)
         rep.policy = self.name
         rep.params = self.params()
         return rep
