@@ -4,12 +4,24 @@ Pure core (no Ray, no matplotlib until a plot is asked for). Public API::
 
     from ray_ladder.simulate import simulate, load_trace, markov_trace, outage_trace
     report = simulate("ladder.yaml", {"h100": "h100.json"}, hysteresis=[1, 3, 10])
+    report = simulate("ladder.yaml", {"h100": "h100.json"}, compare="all")  # + baselines
 """
 
 from __future__ import annotations
 
 from ray_ladder.simulate.align import Timeline, align
-from ray_ladder.simulate.api import DEFAULT_TICK_S, default_warm, simulate
+from ray_ladder.simulate.api import DEFAULT_TICK_S, default_warm, needs, simulate
+from ray_ladder.simulate.baselines import (
+    POLICIES,
+    Baseline,
+    GkeComputeClass,
+    Karpenter,
+    LadderPolicy,
+    LiteLLM,
+    RayNative,
+    parse_policies,
+    parse_policy,
+)
 from ray_ladder.simulate.replay import Replay, replay
 from ray_ladder.simulate.report import PolicyReport, SimulationReport
 from ray_ladder.simulate.specs import parse_duration, parse_trace_spec
@@ -24,7 +36,14 @@ from ray_ladder.simulate.traces import (
 
 __all__ = [
     "DEFAULT_TICK_S",
+    "POLICIES",
+    "Baseline",
+    "GkeComputeClass",
+    "Karpenter",
+    "LadderPolicy",
+    "LiteLLM",
     "PolicyReport",
+    "RayNative",
     "Replay",
     "SimulationReport",
     "Timeline",
@@ -34,9 +53,12 @@ __all__ = [
     "default_warm",
     "load_trace",
     "markov_trace",
+    "needs",
     "never_on",
     "outage_trace",
     "parse_duration",
+    "parse_policies",
+    "parse_policy",
     "parse_trace_spec",
     "replay",
     "simulate",

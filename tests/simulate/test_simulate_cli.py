@@ -160,6 +160,25 @@ def test_real_traces_side_by_side(gpu_ladder, traces_dir: Path) -> None:
     assert r.compared("litellm").flaps >= free.flaps
 
 
+def test_the_comparison_table_in_the_docs(gpu_ladder, traces_dir: Path) -> None:
+    """docs/simulate.md's first comparison table, to four places (update both together)."""
+    t = traces_dir / "aws-10-26-2022_us-west-2a"
+    r = simulate(gpu_ladder, {"h100": f"{t}_v100_8.json", "a100": f"{t}_k80_8.json",
+                              "l4": f"{t}_v100_1.json"},
+                 compare=["ladder:h=2", "ladder:h=1", "ray-native", "gke-computeclass",
+                          "gke-computeclass:when_unsatisfiable=ScaleUpAnyway", "karpenter",
+                          "karpenter:consolidation=on", "litellm"])
+    got = {p.policy: (round(p.quality_weighted_availability, 4), p.flaps)
+           for p in [*r.comparison, r.oracle]}
+    assert got == {
+        "ladder (hysteresis=2)": (0.8705, 97), "ladder (hysteresis=1)": (0.8906, 219),
+        "ray-native": (0.5001, 0), "gke-computeclass": (0.8633, 246),
+        "gke-computeclass (when_unsatisfiable=ScaleUpAnyway)": (0.8633, 246),
+        "karpenter": (0.5001, 0), "karpenter (consolidation=on)": (0.8884, 246),
+        "litellm": (0.8913, 226), "ladder": (0.8917, 219),  # the oracle
+    }
+
+
 @pytest.mark.parametrize(("seconds", "text"), [(45, "45s"), (600, "10m"), (750, "12m30s"),
                                                (6000, "1h40m"), (183600, "2d03h")])
 def test_durations_in_the_table_read_like_durations(seconds: float, text: str) -> None:
