@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
 from ray_ladder.cluster import ray_private
@@ -70,6 +70,8 @@ class RungCaller:
                  request_timeout_s: float | None, pending_timeout_s: float) -> None:
         self._handles = dict(handles)
         self._ping = {name: h.options(method_name="ladder_ping") for name, h in handles.items()}
+        self._streams = {name: h.options(method_name="ladder_generate", stream=True)
+                         for name, h in handles.items()}
         self.assign_timeout_s = assign_timeout_s
         self.request_timeout_s = request_timeout_s
         self.pending_timeout_s = pending_timeout_s
@@ -117,6 +119,77 @@ class RungCaller:
             self._handles[rung], rung, (payload,), self.dead_after(warm),
             self.request_timeout_s, elsewhere, assigned))
         return Pending(rung, task, assigned)
+
+    async def stream(self, rung: str, request: Any, *, warm: bool, give_up_s: float | None,
+                     elsewhere: Callable[[], bool] = lambda: True) -> AsyncIterator[Any]:
+        """Stream ``request`` from ``rung``'s ``ladder_generate``: the pieces, as they come.
+
+        Raises :class:`RungFailed` when the rung is lost before or during the stream (its
+        replica or node died, the probe saw it go, or no replica took the request within
+        :meth:`dead_after`); with ``timeout`` when no replica took it within ``give_up_s``
+        while the rung showed no sign of life and ``elsewhere()`` (nothing was generated
+        yet, so the stream can start on another rung instead). Closing the iterator
+        cancels the generation on the replica.
+        """
+        loop = asyncio.get_running_loop()
+        down = self._down_signal(rung)
+        gen = self._streams[rung].remote(request)
+        waiting: asyncio.Future[Any] = asyncio.ensure_future(ray_private.replica_assigned(gen))
+        finished = False
+        try:
+            started = window = loop.time()
+            dead_s = self.dead_after(warm)
+            while True:
+                wait_s = dead_s if give_up_s is None else min(dead_s, give_up_s)
+                done, _ = await asyncio.wait((waiting, down), timeout=wait_s,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if waiting in done:
+                    waiting.result()
+                    break
+                if down in done:
+                    raise RungFailed("rung went down while the stream waited for a replica")
+                silent = self._last_alive.get(rung, -1.0) < window
+                if silent and elsewhere():
+                    if give_up_s is not None and loop.time() - started >= give_up_s:
+                        raise RungFailed(f"no replica took the stream within {give_up_s:g}s",
+                                         timeout=True)
+                    if loop.time() - started >= dead_s:
+                        raise RungFailed(f"no replica took the stream within {dead_s:g}s "
+                                         "and the rung showed no sign of life meanwhile",
+                                         timeout=True)
+                else:
+                    window = loop.time()
+            self._last_alive[rung] = loop.time()
+            while True:
+                nxt: asyncio.Future[Any] = asyncio.ensure_future(gen.__anext__())
+                done, _ = await asyncio.wait((nxt, down), timeout=self.request_timeout_s,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if nxt not in done:
+                    nxt.cancel()
+                    if down in done:
+                        raise RungFailed("rung went down mid-stream")
+                    raise RungFailed(f"no piece within {self.request_timeout_s:g}s",
+                                     timeout=True)
+                try:
+                    item = nxt.result()
+                except StopAsyncIteration:
+                    finished = True
+                    return
+                self._last_alive[rung] = loop.time()
+                yield item
+        except RungFailed:
+            raise
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            reason = failure_reason(err)
+            if reason is None:
+                raise
+            raise RungFailed(reason) from err
+        finally:
+            waiting.cancel()
+            if not finished:
+                gen.cancel()
 
     async def ping(self, rung: str, timeout_s: float) -> None:
         """Reach a replica of ``rung`` (starts one on a cold rung; warms the handle)."""

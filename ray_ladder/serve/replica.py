@@ -6,6 +6,8 @@ import inspect
 from typing import Any
 
 from ray_ladder.core.context import RungContext
+from ray_ladder.serve.llm.protocol import is_llm_class
+from ray_ladder.serve.llm.replica import LLMRungReplica
 
 
 class RungReplica:
@@ -38,10 +40,16 @@ class AsyncRungReplica(RungReplica):
         return await self.model(payload)
 
 
-def replica_class(user_cls: type) -> type[RungReplica]:
-    """The wrapper matching ``user_cls.__call__`` (sync or async)."""
+def replica_class(user_cls: type) -> type:
+    """The wrapper matching ``user_cls``: an LLM rung (``generate``), else its
+    ``__call__`` (sync or async)."""
     if not isinstance(user_cls, type):
         raise TypeError(f"a rung needs a class, got {type(user_cls).__name__}")
+    if is_llm_class(user_cls):
+        if not inspect.isasyncgenfunction(user_cls.generate):  # type: ignore[attr-defined]
+            raise TypeError(f"rung class {user_cls.__name__}: generate must be an async "
+                            "generator (async def generate(self, request): ... yield piece)")
+        return LLMRungReplica
     call = next((vars(k)["__call__"] for k in user_cls.__mro__ if "__call__" in vars(k)), None)
     if call is None:
         raise TypeError(f"rung class {user_cls.__name__} has no __call__(self, payload)")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Mapping
@@ -15,11 +14,13 @@ from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.exceptions import Attempt, LadderExhaustedError
 from ray_ladder.core.selector import Selector
 from ray_ladder.core.spec import Ladder
-from ray_ladder.serve import http
+from ray_ladder.serve import http, json_route
 from ray_ladder.serve.cache import AnswerCache, payload_key
 from ray_ladder.serve.calls import Pending, RungCaller
 from ray_ladder.serve.core import RouterState
 from ray_ladder.serve.errors import RungFailed
+from ray_ladder.serve.llm import routes as openai_routes
+from ray_ladder.serve.llm.routes import route_of
 from ray_ladder.serve.metrics import LadderMetrics
 from ray_ladder.serve.result import LadderResult
 
@@ -334,39 +335,37 @@ class LadderRouter:
         self._max_lag_s = 0.0
         return out
 
-    async def __call__(self, request: Any) -> Any:
-        from starlette.responses import JSONResponse, Response
+    # --- the parts the HTTP routes use (serve/json_route.py, serve/llm/) ---------------
 
-        path = request.url.path.rstrip("/")
-        if path.endswith("/-/ladder"):
-            if request.method != "GET":
-                return JSONResponse({"error": "use GET"}, 405, headers={"Allow": "GET"})
-            return JSONResponse(self.state())
-        if request.method != "POST":
-            return JSONResponse({"error": f"{request.method} not allowed: POST a JSON body"},
-                                405, headers={"Allow": "POST"})
-        try:
-            constraints = http.constraints_from_headers(request.headers, self.ladder)
-            http.check_length(request.headers.get("content-length"), self._max_body_bytes)
-            payload = http.parse_body(await request.body(), self._max_body_bytes)
-        except http.HttpError as err:
-            return JSONResponse(err.body(), err.status, headers=err.headers)
-        degraded = self._state.degraded_s(constraints)
-        try:
-            result = await self.answer(payload, constraints)
-        except LadderExhaustedError as err:
-            body, headers = http.unavailable(err, self._shed_rung(err.attempts), degraded)
-            return JSONResponse(body, 503, headers=headers)
-        except ValueError as err:  # the rung class refused the payload
-            return JSONResponse({"error": f"rejected by the rung: {err}"}, 400)
-        except Exception as err:  # a bug in a rung class: say so, with the rung's message
-            logger.exception("rung raised")
-            return JSONResponse({"error": f"rung error: {type(err).__name__}: {err}"}, 500)
-        try:
-            body_bytes = json.dumps(result.value).encode()
-        except (TypeError, ValueError):
-            return JSONResponse({"error": f"rung {result.rung} returned a value that is "
-                                          "not JSON"}, 500)
-        headers = http.answer_headers(result.rung, result.degraded_s, stale=result.stale,
-                                      source_rung=result.source_rung)
-        return Response(body_bytes, 200, headers=headers, media_type="application/json")
+    @property
+    def router_state(self) -> RouterState:
+        """The selectors and what they observe."""
+        return self._state
+
+    @property
+    def caller(self) -> RungCaller:
+        """Calls to the rung deployments."""
+        return self._caller
+
+    @property
+    def cache(self) -> AnswerCache | None:
+        """The cache rung's answers (``None`` without a cache rung)."""
+        return self._cache
+
+    def rung_failed(self, rung: str, reason: str) -> None:
+        """A request saw ``rung`` fail: mark it down, move the selectors at once."""
+        self._failed(rung, reason)
+
+    def count_answer(self, rung: str) -> None:
+        """Count one answer of ``rung`` in the ladder's metrics."""
+        self._metrics.request(rung)
+
+    def shed_rung(self, attempts: list[Attempt]) -> str | None:
+        """The shed rung's name when it gave the answer, else ``None`` (exhausted)."""
+        return self._shed_rung(attempts)
+
+    async def __call__(self, request: Any) -> Any:
+        """HTTP: ``/v1/...`` OpenAI-compatible routes, ``GET /-/ladder``, ``POST /``."""
+        if route_of(request.url.path) is not None:
+            return await openai_routes.handle(self, request, self._max_body_bytes)
+        return await json_route.handle(self, request, self._max_body_bytes)

@@ -1,0 +1,66 @@
+"""The ladder app's own HTTP routes: ``POST /`` (a JSON payload, one JSON answer) and
+``GET /-/ladder`` (the ladder's state)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Protocol
+
+from ray_ladder.core.constraints import Constraints
+from ray_ladder.core.exceptions import Attempt, LadderExhaustedError
+from ray_ladder.serve import http
+from ray_ladder.serve.result import LadderResult
+
+logger = logging.getLogger("ray_ladder.serve")
+
+
+class JsonRouter(Protocol):
+    """What the route needs of the router (``LadderRouter`` provides it)."""
+
+    ladder: Any
+
+    @property
+    def router_state(self) -> Any: ...
+    def state(self) -> dict[str, Any]: ...
+    def shed_rung(self, attempts: list[Attempt]) -> str | None: ...
+    async def answer(self, payload: Any, constraints: Constraints | None) -> LadderResult: ...
+
+
+async def handle(router: JsonRouter, request: Any, max_body_bytes: int) -> Any:
+    """Answer ``GET /-/ladder`` or ``POST /`` (4xx for a malformed request)."""
+    from starlette.responses import JSONResponse, Response
+
+    path = request.url.path.rstrip("/")
+    if path.endswith("/-/ladder"):
+        if request.method != "GET":
+            return JSONResponse({"error": "use GET"}, 405, headers={"Allow": "GET"})
+        return JSONResponse(router.state())
+    if request.method != "POST":
+        return JSONResponse({"error": f"{request.method} not allowed: POST a JSON body"},
+                            405, headers={"Allow": "POST"})
+    try:
+        constraints = http.constraints_from_headers(request.headers, router.ladder)
+        http.check_length(request.headers.get("content-length"), max_body_bytes)
+        payload = http.parse_body(await request.body(), max_body_bytes)
+    except http.HttpError as err:
+        return JSONResponse(err.body(), err.status, headers=err.headers)
+    degraded = router.router_state.degraded_s(constraints)
+    try:
+        result = await router.answer(payload, constraints)
+    except LadderExhaustedError as err:
+        body, headers = http.unavailable(err, router.shed_rung(err.attempts), degraded)
+        return JSONResponse(body, 503, headers=headers)
+    except ValueError as err:  # the rung class refused the payload
+        return JSONResponse({"error": f"rejected by the rung: {err}"}, 400)
+    except Exception as err:  # a bug in a rung class: say so, with the rung's message
+        logger.exception("rung raised")
+        return JSONResponse({"error": f"rung error: {type(err).__name__}: {err}"}, 500)
+    try:
+        body_bytes = json.dumps(result.value).encode()
+    except (TypeError, ValueError):
+        return JSONResponse({"error": f"rung {result.rung} returned a value that is "
+                                      "not JSON"}, 500)
+    headers = http.answer_headers(result.rung, result.degraded_s, stale=result.stale,
+                                  source_rung=result.source_rung)
+    return Response(body_bytes, 200, headers=headers, media_type="application/json")

@@ -1,0 +1,164 @@
+"""OpenAI-compatible answers: whole responses and server-sent-event chunks (pure).
+
+Every answer names what produced it: ``model`` is the real model of the rung that
+produced the text (its ``params["model"]``), and the extension field ``ladder`` says which
+rung, how long the ladder has been degraded and, on the chunk where a stream moved to
+another rung, where it came from (docs/llm.md "Extension fields").
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ray_ladder.core.spec import Ladder
+
+DONE = b"data: [DONE]\n\n"
+
+
+def rung_model(ladder: Ladder, rung: str) -> str:
+    """The model a rung serves: ``params["model"]``, else the rung's name."""
+    return str(ladder.rung(rung).params.get("model") or rung)
+
+
+@dataclass
+class StreamRecord:
+    """What one answer is made of, across rungs (filled by the stream driver).
+
+    Attributes:
+        text: Everything sent so far.
+        tokens: Rung -> pieces it produced.
+        switches: ``{"from", "to", "at_token", "reason"}`` for each move to another rung.
+        finish_reason: ``stop`` or ``length`` once finished.
+    """
+
+    text: str = ""
+    tokens: dict[str, int] = field(default_factory=dict)
+    switches: list[dict[str, Any]] = field(default_factory=list)
+    finish_reason: str | None = None
+
+    @property
+    def completion_tokens(self) -> int:
+        """Pieces produced by every rung together."""
+        return sum(self.tokens.values())
+
+
+class Answer:
+    """Builds the JSON of one answer of a chat or completion request.
+
+    Args:
+        kind: ``"chat"`` or ``"completion"``.
+        ladder: The ladder (for rung models).
+        prompt_tokens: Prompt tokens (router's count).
+
+    Example:
+        >>> a = Answer("chat", ladder, 3)  # doctest: +SKIP
+        >>> a.chunk("h100", "Hello", degraded_s=0.0)  # doctest: +SKIP
+    """
+
+    def __init__(self, kind: Literal["chat", "completion"], ladder: Ladder,
+                 prompt_tokens: int) -> None:
+        self.kind = kind
+        self.ladder = ladder
+        self.prompt_tokens = prompt_tokens
+        prefix = "chatcmpl" if kind == "chat" else "cmpl"
+        self.id = f"{prefix}-{uuid.uuid4().hex[:24]}"
+        self.created = int(time.time())
+        self._role_sent = False
+
+    # --- pieces ------------------------------------------------------------------------
+
+    def _choice(self, text: str | None, finish: str | None) -> dict[str, Any]:
+        if self.kind == "completion":
+            return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+        delta: dict[str, Any] = {}
+        if not self._role_sent:
+            delta["role"] = "assistant"
+            self._role_sent = True
+        if text is not None:
+            delta["content"] = text
+        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+
+    def _envelope(self, rung: str | None, choices: list[dict[str, Any]],
+                  ladder: Mapping[str, Any]) -> dict[str, Any]:
+        obj = "chat.completion.chunk" if self.kind == "chat" else "text_completion"
+        return {"id": self.id, "object": obj, "created": self.created,
+                "model": rung_model(self.ladder, rung) if rung else self.ladder.name,
+                "choices": choices, "ladder": dict(ladder)}
+
+    def chunk(self, rung: str, text: str, *, degraded_s: float,
+              switched_from: str | None = None, reason: str | None = None) -> bytes:
+        """One SSE event carrying ``text`` from ``rung``."""
+        ext: dict[str, Any] = {"rung": rung, "degraded_s": round(degraded_s, 3)}
+        if switched_from is not None:
+            ext["switched_from"] = switched_from
+            ext["switch_reason"] = reason
+        return sse(self._envelope(rung, [self._choice(text, None)], ext))
+
+    def final(self, rung: str, record: StreamRecord, *, degraded_s: float) -> bytes:
+        """The last content event: no text, the finish reason."""
+        ext = {"rung": rung, "degraded_s": round(degraded_s, 3)}
+        return sse(self._envelope(rung, [self._choice(None, record.finish_reason)], ext))
+
+    def usage_chunk(self, rung: str, record: StreamRecord) -> bytes:
+        """``stream_options.include_usage``: empty choices, the usage."""
+        return sse(self._envelope(rung, [], self._ladder_block(rung, record, 0.0))
+                   | {"usage": self.usage(record)})
+
+    def error_chunk(self, message: str, *, type: str = "ladder_exhausted") -> bytes:
+        """An error event inside a stream that already sent text (then ``[DONE]``)."""
+        return sse({"error": {"message": message, "type": type, "param": None,
+                              "code": type}})
+
+    # --- whole answers -----------------------------------------------------------------
+
+    def usage(self, record: StreamRecord) -> dict[str, Any]:
+        """OpenAI's usage object."""
+        done = record.completion_tokens
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": done,
+                "total_tokens": self.prompt_tokens + done}
+
+    def _ladder_block(self, rung: str, record: StreamRecord,
+                      degraded_s: float) -> dict[str, Any]:
+        return {"rung": rung, "degraded_s": round(degraded_s, 3),
+                "tokens_by_rung": [{"rung": r, "model": rung_model(self.ladder, r),
+                                    "completion_tokens": n} for r, n in record.tokens.items()],
+                "switches": list(record.switches)}
+
+    def whole(self, rung: str, record: StreamRecord, *, degraded_s: float) -> dict[str, Any]:
+        """The JSON of a non-streamed answer."""
+        if self.kind == "chat":
+            choice = {"index": 0, "message": {"role": "assistant", "content": record.text},
+                      "logprobs": None, "finish_reason": record.finish_reason}
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": record.text, "logprobs": None,
+                      "finish_reason": record.finish_reason}
+            obj = "text_completion"
+        return {"id": self.id, "object": obj, "created": self.created,
+                "model": rung_model(self.ladder, rung), "choices": [choice],
+                "usage": self.usage(record),
+                "ladder": self._ladder_block(rung, record, degraded_s)}
+
+
+def sse(data: Mapping[str, Any]) -> bytes:
+    """One server-sent event: ``data: <json>`` and a blank line.
+
+    Example:
+        >>> sse({"a": 1})
+        b'data: {"a": 1}\\n\\n'
+    """
+    return b"data: " + json.dumps(data).encode() + b"\n\n"
+
+
+def models_list(ladder: Ladder) -> dict[str, Any]:
+    """``GET /v1/models``: the ladder is the one model; its rungs are listed in the
+    ``ladder`` extension field (they are not requestable on their own)."""
+    rungs = [{"rung": r.name, "kind": r.kind, "model": rung_model(ladder, r.name),
+              "quality": r.quality, "tags": dict(r.tags)} for r in ladder.rungs]
+    return {"object": "list", "data": [{"id": ladder.name, "object": "model", "created": 0,
+                                        "owned_by": "ray-ladder", "ladder": {"rungs": rungs}}]}

@@ -1,0 +1,140 @@
+"""The OpenAI-compatible routes of a ladder app: ``/v1/chat/completions``,
+``/v1/completions`` (whole or streamed as server-sent events) and ``/v1/models``."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+from ray_ladder.core.exceptions import LadderExhaustedError
+from ray_ladder.serve import http
+from ray_ladder.serve.cache import payload_key
+from ray_ladder.serve.llm.responses import DONE, Answer, StreamRecord, models_list
+from ray_ladder.serve.llm.schema import OpenAIError, parse_request, wants_usage
+from ray_ladder.serve.llm.streams import Piece, Router, StreamDriver, StreamFailed
+
+logger = logging.getLogger("ray_ladder.serve")
+ROUTES: dict[str, tuple[str, Literal["chat", "completion"] | None]] = {
+    "/v1/chat/completions": ("POST", "chat"),
+    "/v1/completions": ("POST", "completion"),
+    "/v1/models": ("GET", None),
+}
+
+
+def route_of(path: str) -> str | None:
+    """The OpenAI route a request path ends with (any route prefix before it), or None.
+
+    Example:
+        >>> route_of("/llm/v1/chat/completions"), route_of("/predict")
+        ('/v1/chat/completions', None)
+    """
+    path = path.rstrip("/")
+    at = path.find("/v1/")
+    return path[at:] if at >= 0 else None
+
+
+def _error(err: OpenAIError) -> Any:
+    from starlette.responses import JSONResponse
+
+    return JSONResponse(err.body(), err.status, headers=err.headers)
+
+
+def exhausted_error(err: LadderExhaustedError, degraded_s: float) -> OpenAIError:
+    """503 with ``Retry-After`` (the OpenAI clients retry it after that long)."""
+    shed = any(a.rung is not None and a.reason.startswith("shed") for a in err.attempts)
+    return OpenAIError(
+        503, f"{err}", type="ladder_exhausted", code="shed" if shed else "exhausted",
+        headers={"Retry-After": str(max(1, math.ceil(err.retry_after_s))),
+                 http.RUNG_HEADER: "shed" if shed else http.EXHAUSTED,
+                 http.DEGRADED_HEADER: f"{degraded_s:.3f}"})
+
+
+async def handle(router: Router, request: Any, max_body_bytes: int) -> Any:
+    """Answer one request on an OpenAI route (4xx for every malformed request)."""
+    from starlette.responses import JSONResponse, StreamingResponse
+
+    route = route_of(request.url.path)
+    if route not in ROUTES:
+        return _error(OpenAIError(404, f"no route {request.url.path!r}; the ladder serves "
+                                       f"{', '.join(sorted(ROUTES))}", code="not_found"))
+    method, kind = ROUTES[route]
+    if request.method != method:
+        err = OpenAIError(405, f"{request.method} not allowed on {route}: use {method}",
+                          headers={"Allow": method})
+        return _error(err)
+    ladder = router.ladder
+    if kind is None:
+        return JSONResponse(models_list(ladder))
+    try:
+        constraints = http.constraints_from_headers(request.headers, ladder)
+        http.check_length(request.headers.get("content-length"), max_body_bytes)
+        body = http.parse_body(await request.body(), max_body_bytes)
+    except http.HttpError as err:
+        return _error(OpenAIError(err.status, err.message, headers=err.headers))
+    try:
+        req, gen = parse_request(kind, body, ladder.name)
+    except OpenAIError as err:
+        return _error(err)
+    degraded = router.router_state.degraded_s(constraints)
+    answer = Answer(kind, ladder, gen.prompt_tokens())
+    record = StreamRecord()
+    key = payload_key({"kind": kind, **body, "stream": False, "stream_options": None}) \
+        if router.cache is not None else None
+    pieces = StreamDriver(router).run(gen, constraints, record, key)
+    try:
+        first: Piece | None = await pieces.__anext__()
+    except StopAsyncIteration:
+        first = None
+    except LadderExhaustedError as err:
+        return _error(exhausted_error(err, degraded))
+    except ValueError as err:  # the rung class refused the request
+        return _error(OpenAIError(400, f"rejected by the rung: {err}"))
+    except Exception as err:  # a bug in a rung class: a server error, said as such
+        logger.exception("rung raised")
+        return _error(OpenAIError(500, f"rung error: {type(err).__name__}: {err}",
+                                  type="server_error"))
+    rung = first.rung if first is not None else (next(iter(record.tokens), None) or "none")
+    headers = http.answer_headers(rung, degraded)
+    if not req.stream:
+        try:
+            async for piece in pieces:
+                rung = piece.rung
+        except (StreamFailed, LadderExhaustedError) as err:
+            return _error(OpenAIError(503, str(err), type="ladder_exhausted",
+                                      headers={"Retry-After": str(max(1, math.ceil(
+                                          ladder.policy.retry_after_s)))}))
+        headers[http.RUNG_HEADER] = rung
+        return JSONResponse(answer.whole(rung, record, degraded_s=degraded), headers=headers)
+    return StreamingResponse(_sse(answer, first, pieces, record, degraded, wants_usage(req)),
+                             media_type="text/event-stream",
+                             headers={**headers, "Cache-Control": "no-cache"})
+
+
+async def _sse(answer: Answer, first: Piece | None, pieces: AsyncIterator[Piece],
+               record: StreamRecord, degraded: float, usage: bool) -> AsyncIterator[bytes]:
+    """The event stream: one chunk per piece, the finish chunk, usage, ``[DONE]``."""
+    rung = first.rung if first is not None else "none"
+    try:
+        if first is not None:
+            yield answer.chunk(first.rung, first.text, degraded_s=degraded,
+                               switched_from=first.switched_from, reason=first.reason)
+        async for piece in pieces:
+            rung = piece.rung
+            yield answer.chunk(piece.rung, piece.text, degraded_s=degraded,
+                               switched_from=piece.switched_from, reason=piece.reason)
+    except (StreamFailed, LadderExhaustedError) as err:
+        yield answer.error_chunk(str(err))
+        yield DONE
+        return
+    except Exception as err:  # a rung bug mid-stream: close the stream cleanly, say why
+        logger.exception("rung raised mid-stream")
+        yield answer.error_chunk(f"rung error: {type(err).__name__}: {err}",
+                                 type="server_error")
+        yield DONE
+        return
+    yield answer.final(rung, record, degraded_s=degraded)
+    if usage:
+        yield answer.usage_chunk(rung, record)
+    yield DONE
