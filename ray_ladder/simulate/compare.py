@@ -41,7 +41,7 @@ def run_comparison(
     out = []
     for policy in policies:
         is_oracle = (isinstance(policy, LadderPolicy) and policy.hysteresis == 1
-                     and policy.fall_s == 0 and policy.start_s == 0)
+                     and policy.fall_s == 0 and policy.start_s == 0 and policy.climb_s == 0)
         if is_oracle and oracle is not None:
             rep = Replay(**{**oracle.__dict__, "policy": policy.label,
                             "params": policy.params()})

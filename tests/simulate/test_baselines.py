@@ -226,7 +226,7 @@ def test_ladder_policy_is_the_selector_replay_with_measured_costs() -> None:
     lad = ladder(H, A, C)
     r = simulate(lad, NATIVE_TRACES, compare=["ladder"], tick_s=TICK)
     ctx = PolicyContext.build(lad, r.timeline)
-    direct = replay(lad, ctx.timeline, promotion_delay_s=10.0, demotion_delay_s=10.33,
+    direct = replay(lad, ctx.timeline, promotion_delay_s=10.3, demotion_delay_s=10.33,
                     fall_delay_s=0.33)
     assert r.comparison[0].replay.served == direct.served
     assert r.comparison[0].replay.target == direct.target
@@ -234,7 +234,7 @@ def test_ladder_policy_is_the_selector_replay_with_measured_costs() -> None:
 
 def test_ladder_at_hysteresis_one_without_cost_is_the_oracle() -> None:
     r = simulate(ladder(H, A, C), NATIVE_TRACES, tick_s=TICK,
-                 compare=[LadderPolicy(hysteresis=1, fall_s=0, start_s=0)])
+                 compare=[LadderPolicy(hysteresis=1, fall_s=0, start_s=0, climb_s=0)])
     assert r.comparison[0].replay.served == r.oracle.replay.served
     assert r.comparison[0].quality_weighted_availability == \
         r.oracle.quality_weighted_availability
@@ -242,7 +242,7 @@ def test_ladder_at_hysteresis_one_without_cost_is_the_oracle() -> None:
 
 def test_warm_fall_delay_serves_nothing_briefly() -> None:
     p = run(ladder(H, A, C), {H: NATIVE_TRACES[H]},
-            LadderPolicy(hysteresis=1, fall_s=20, start_s=0))
+            LadderPolicy(hysteresis=1, fall_s=20, start_s=0, climb_s=0))
     assert p.unserved_fraction == pytest.approx(0.02)  # the fall at 2 onto cold a100
 
 
@@ -294,9 +294,9 @@ def test_gke_scale_up_anyway_cannot_host_an_accelerator_pod() -> None:
 def test_ladder_policy_warm_options() -> None:
     traces: dict[str, Trace | str] = {H: NATIVE_TRACES[H], A: "always"}
     cold = run(ladder(H, A, C), traces, LadderPolicy(hysteresis=1, fall_s=0, start_s=50,
-                                                     warm="none"))
+                                                     climb_s=0, warm="none"))
     warm = run(ladder(H, A, C), traces, LadderPolicy(hysteresis=1, fall_s=0, start_s=50,
-                                                     warm="a100"))
+                                                     climb_s=0, warm="a100"))
     assert cold.unserved_fraction == pytest.approx(0.05)  # the fall at 2 onto cold a100
     assert warm.unserved_fraction == 0
     # a100 serves 2.0-4.5 (the climb back waits 50 s) and idles warm 750 s at 18/h.

@@ -73,7 +73,8 @@ def baselines(draw: st.DrawFn) -> Baseline:
 
 
 def _ladders() -> st.SearchStrategy[LadderPolicy]:
-    return st.builds(LadderPolicy, hysteresis=st.integers(1, 4), fall_s=DELAYS, start_s=DELAYS)
+    return st.builds(LadderPolicy, hysteresis=st.integers(1, 4), fall_s=DELAYS, start_s=DELAYS,
+                     climb_s=DELAYS)
 
 
 def _run(scenario: tuple[Ladder, dict[str, Trace], float],
@@ -139,7 +140,7 @@ def test_the_free_ladder_at_hysteresis_one_is_never_below_a_baseline(
     # is outside the claim unless that rung has no trace (is always there).
     assume(all(getattr(p, "when_unsatisfiable", "") != "ScaleUpAnyway" or last not in traces
                for p in policies))
-    free = LadderPolicy(hysteresis=1, fall_s=0, start_s=0)
+    free = LadderPolicy(hysteresis=1, fall_s=0, start_s=0, climb_s=0)
     r = _run(scenario, [free, *policies])
     ours = r.comparison[0].quality_weighted_availability
     assert ours == r.oracle.quality_weighted_availability
