@@ -164,7 +164,8 @@ def simulate(
     json_out: str | None,
     plot_out: str | None,
 ) -> None:
-    """Replay capacity traces through the ladder's selector and report per policy.
+    """Replay capacity traces through the ladder's selector (and, with --compare, the
+    policies of Ray, GKE, Karpenter and LiteLLM) and report per policy.
 
     \b
     Examples:
