@@ -22,17 +22,12 @@ from ray_ladder.simulate.baselines import (
     parse_policies,
     parse_policy,
 )
+from ray_ladder.simulate.generators import always_on, markov_trace, never_on, outage_trace
 from ray_ladder.simulate.replay import Replay, replay
 from ray_ladder.simulate.report import PolicyReport, SimulationReport
 from ray_ladder.simulate.specs import parse_duration, parse_trace_spec
-from ray_ladder.simulate.traces import (
-    Trace,
-    always_on,
-    load_trace,
-    markov_trace,
-    never_on,
-    outage_trace,
-)
+from ray_ladder.simulate.trace_files import load_trace
+from ray_ladder.simulate.traces import Trace
 
 __all__ = [
     "DEFAULT_TICK_S",

@@ -23,7 +23,7 @@ class Timeline:
         rows: Availability of each traced rung during each segment.
 
     Example:
-        >>> from ray_ladder.simulate.traces import outage_trace
+        >>> from ray_ladder.simulate.generators import outage_trace
         >>> tl = align({"h100": outage_trace([(60, 120)])}, tick_s=60, ticks=3)
         >>> tl.starts, tl.rows
         ([0, 1, 2], [(True,), (False,), (True,)])

@@ -6,14 +6,9 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from ray_ladder.simulate.traces import (
-    Trace,
-    always_on,
-    load_trace,
-    markov_trace,
-    never_on,
-    outage_trace,
-)
+from ray_ladder.simulate.generators import always_on, markov_trace, never_on, outage_trace
+from ray_ladder.simulate.trace_files import load_trace
+from ray_ladder.simulate.traces import Trace
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([smhdw]?)\s*$")
