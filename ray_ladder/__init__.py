@@ -12,6 +12,7 @@ from ray_ladder.core.exceptions import (
     InvalidConstraintsError,
     LadderError,
     LadderExhaustedError,
+    RungUnavailableError,
 )
 from ray_ladder.core.selector import Decision, Selector
 from ray_ladder.core.spec import CacheSettings, Ladder, Policy, Rung, load_ladder
@@ -41,6 +42,7 @@ __all__ = [
     "Policy",
     "Rung",
     "RungContext",
+    "RungUnavailableError",
     "Selector",
     "TransitionEvent",
     "ladder_task",

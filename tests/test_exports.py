@@ -24,6 +24,7 @@ EXPORTED = [
     "Policy",
     "Rung",
     "RungContext",
+    "RungUnavailableError",
     "Selector",
     "TransitionEvent",
     "ladder_task",

@@ -25,6 +25,7 @@ RUNG_GONE: dict[str, tuple[str, ...]] = {
         "OutOfMemoryError",
         "TaskCancelledError",  # cancelled by Ray, not by the ladder (which knows its own)
     ),
+    "ray_ladder.core.exceptions": ("RungUnavailableError",),  # a rung says so itself
     "ray.serve.exceptions": (
         "DeploymentUnavailableError",
         "ReplicaUnavailableError",

@@ -6,8 +6,10 @@ Hierarchy::
     ├── ConfigError (also ValueError)    a ladder file or dict is invalid
     ├── InvalidConstraintsError (also ValueError)
     │                                    a request's constraints are malformed or unknown
-    └── LadderExhaustedError             every eligible rung was tried or unobtainable;
-                                         carries every attempt, like a failover history
+    ├── LadderExhaustedError             every eligible rung was tried or unobtainable;
+    │                                    carries every attempt, like a failover history
+    └── RungUnavailableError             raised BY a rung class: this rung cannot answer
+                                         now (its backend is down); the ladder falls
 """
 
 from __future__ import annotations
@@ -123,3 +125,16 @@ class LadderExhaustedError(LadderError):
 
     def __reduce__(self):  # keep it picklable across Ray workers
         return (self.__class__, (self.ladder, self.attempts, self.retry_after_s))
+
+
+class RungUnavailableError(LadderError):
+    """Raised by a rung's own code when the rung cannot answer now (not a user error).
+
+    The router and the task ladder treat it like a lost node: the rung is marked down and
+    the work goes to the next eligible rung (a stream continues there). An external
+    backend rung raises it when its server refuses connections or answers 5xx.
+
+    Example:
+        >>> raise RungUnavailableError("vLLM at http://10.0.0.5:8000 answered 503")
+        ... # doctest: +SKIP
+    """

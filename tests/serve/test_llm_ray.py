@@ -1,0 +1,265 @@
+"""The LLM ladder on a real LocalCluster over real HTTP: the official openai client, curl,
+20 streams through a SIGKILL of their rung's node, residency across a fall, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+
+import httpx
+import openai
+import pytest
+from ray import serve
+
+from ray_ladder import Ladder
+from ray_ladder.serve import build_app
+from ray_ladder.serve.llm.models import CounterRung
+from ray_ladder.testing import LocalCluster, free_port, wait_until
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
+
+LADDER = Ladder.from_yaml("""
+name: llm-it
+policy: {promotion_hysteresis: 2, probe_interval_s: 0.25, retry_after_s: 3}
+rungs:
+  - {name: h100, resources: {ladder/h100: 1}, tags: {jurisdiction: us},
+     params: {model: big-70b, tokens_per_s: 25}}
+  - {name: a100, resources: {ladder/a100: 1}, tags: {jurisdiction: eu}, standby_replicas: 1,
+     params: {model: big-70b-int8, tokens_per_s: 25}}
+  - {name: cpu, num_cpus: 0.1, tags: {jurisdiction: eu}, standby_replicas: 1,
+     params: {model: tiny-1b, tokens_per_s: 25}}
+  - {name: shed, kind: shed}
+""")
+SLOW = 120
+MAX_BODY = 100_000
+CHAT = "/v1/chat/completions"
+
+
+def chat(content: str = "count from 0", max_tokens: int = 60, **extra: object) -> dict:
+    return {"model": "llm-it", "messages": [{"role": "user", "content": content}],
+            "max_tokens": max_tokens, **extra}
+
+
+@dataclass
+class Stream:
+    """One streamed answer as a client saw it."""
+
+    chunks: list[tuple[float, str, str, str | None]] = field(default_factory=list)
+    status: int = 0
+    error: str | None = None
+    done: bool = False
+    finish: str | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(c[2] for c in self.chunks)
+
+    def numbers(self) -> list[int]:
+        return [int(x) for x in self.text.split()]
+
+
+def read_stream(url: str, body: dict, headers: dict | None = None,
+                out: Stream | None = None) -> Stream:
+    """Stream ``body`` with httpx, recording every chunk (time, rung, text, switched_from)."""
+    out = out or Stream()
+    try:
+        with httpx.stream("POST", url + CHAT, json={**body, "stream": True},
+                          headers=headers or {}, timeout=60) as response:
+            out.status = response.status_code
+            for line in response.iter_lines():
+                if not line.startswith("data: "):
+                    continue
+                data = line[6:]
+                if data == "[DONE]":
+                    out.done = True
+                    break
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    out.error = chunk["error"]["message"]
+                    continue
+                choice = chunk["choices"][0] if chunk["choices"] else None
+                if choice and choice["delta"].get("content"):
+                    ext = chunk["ladder"]
+                    out.chunks.append((time.monotonic(), ext["rung"],
+                                       choice["delta"]["content"], ext.get("switched_from")))
+                if choice and choice["finish_reason"]:
+                    out.finish = choice["finish_reason"]
+    except Exception as err:  # the test asserts on it
+        out.error = f"{type(err).__name__}: {err}"
+    return out
+
+
+class App:
+    def __init__(self, cluster: LocalCluster, port: int) -> None:
+        self.cluster = cluster
+        self.url = f"http://127.0.0.1:{port}"
+        self.http = httpx.Client(timeout=30)
+
+    def state(self) -> dict:
+        return self.http.get(self.url + "/-/ladder").json()
+
+    def running(self, rung: str) -> int:
+        return next(r for r in self.state()["rungs"] if r["name"] == rung)["running_replicas"]
+
+    def kill(self, node_type: str) -> None:
+        for node in self.cluster.nodes(node_type):
+            self.cluster.remove_node(node)  # SIGKILL: a preemption
+
+    def ensure(self, node_type: str) -> None:
+        if not self.cluster.nodes(node_type):
+            self.cluster.add_node(node_type)
+
+
+@pytest.fixture(scope="module")
+def app(local_cluster):
+    cluster = local_cluster(ladder=LADDER, initial={"h100": 1, "a100": 1})
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port}, proxy_location="HeadOnly")
+    quick = {"graceful_shutdown_timeout_s": 1.0, "max_ongoing_requests": 64}
+    serve.run(build_app(LADDER, {"h100": CounterRung, "a100": CounterRung, "cpu": CounterRung},
+                        max_body_bytes=MAX_BODY,
+                        deployment_options=dict.fromkeys(["h100", "a100", "cpu"], quick)),
+              name="llm")
+    try:
+        yield App(cluster, port)
+    finally:
+        serve.shutdown()
+
+
+@pytest.fixture
+def healthy(app):
+    """Both GPU nodes up; the ladder on h100 with a100's standby replica running."""
+    app.ensure("h100")
+    app.ensure("a100")
+    wait_until(lambda: app.state()["current"] == "h100" and app.running("a100") >= 1
+               and app.running("cpu") >= 1, SLOW, 0.1, "ladder on h100, a100 and cpu warm")
+    return app
+
+
+def test_the_official_client_sync_and_async_streamed_and_whole(healthy):
+    client = openai.OpenAI(base_url=healthy.url + "/v1", api_key="unused", max_retries=0)
+    assert [m.id for m in client.models.list().data] == ["llm-it"]
+    raw = client.chat.completions.with_raw_response.create(**chat(max_tokens=5))
+    answer = raw.parse()
+    assert raw.headers["x-ladder-rung"] == "h100" and "x-ladder-degraded-s" in raw.headers
+    assert answer.model == "big-70b" and answer.choices[0].message.content == " 1 2 3 4 5"
+    assert answer.usage.completion_tokens == 5 and answer.choices[0].finish_reason == "length"
+    assert answer.model_extra["ladder"]["rung"] == "h100"
+    done = client.completions.create(model="llm-it", prompt="7 8", max_tokens=2)
+    assert done.choices[0].text == " 9 10" and done.model == "big-70b"
+    chunks = list(client.chat.completions.create(**chat(max_tokens=3), stream=True,
+                                                 stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == " 1 2 3"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 3
+    assert {c.model for c in chunks if c.choices} == {"big-70b"}
+
+    async def stream_async() -> str:
+        aclient = openai.AsyncOpenAI(base_url=healthy.url + "/v1", api_key="x", max_retries=0)
+        text = ""
+        async for chunk in await aclient.completions.create(
+                model="llm-it", prompt="41", max_tokens=2, stream=True):
+            text += chunk.choices[0].text if chunk.choices else ""
+        await aclient.close()
+        return text
+
+    assert asyncio.run(stream_async()) == " 42 43"
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_curl_streams_server_sent_events(healthy):
+    out = subprocess.run(
+        ["curl", "-sN", "-D", "-", healthy.url + CHAT, "-H", "Content-Type: application/json",
+         "-d", json.dumps({**chat(max_tokens=3), "stream": True})],
+        capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "x-ladder-rung: h100" in out.lower() and "text/event-stream" in out
+    events = [line[6:] for line in out.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    pieces = [json.loads(e)["choices"][0]["delta"].get("content") for e in events[:-1]]
+    assert "".join(p for p in pieces if p) == " 1 2 3"
+
+
+def test_bad_requests_get_4xx_in_openai_shape_and_the_router_keeps_serving(healthy):
+    post = healthy.http.post
+    url = healthy.url
+    cases = [
+        (post(url + CHAT, content=b"{not json", headers={"content-type": "application/json"}),
+         400),
+        (post(url + CHAT, json=[1, 2, 3]), 400),
+        (post(url + CHAT, json={**chat(), "max_tokens": "many"}), 400),
+        (post(url + CHAT, json={**chat(), "bogus": True}), 400),
+        (post(url + CHAT, json={**chat(), "n": 3}), 400),
+        (post(url + CHAT, json={**chat(), "model": "gpt-4o"}), 404),
+        (post(url + CHAT, content=b"x" * (MAX_BODY + 1)), 413),
+        (post(url + CHAT, json=chat(), headers={"X-Ladder-Jurisdiction": "mars"}), 400),
+        (post(url + CHAT, json=chat(), headers={"X-Ladder-Max-Cost": "cheap"}), 400),
+        (healthy.http.get(url + CHAT), 405),
+        (post(url + "/v1/embeddings", json={}), 404),
+    ]
+    for response, status in cases:
+        assert response.status_code == status, response.text
+        assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+    # A client that goes away mid-stream: a clean close, and the router serves on.
+    with httpx.stream("POST", url + CHAT, json={**chat(max_tokens=50), "stream": True},
+                      timeout=30) as response:
+        for i, _ in enumerate(response.iter_lines()):
+            if i > 4:
+                break
+    assert post(url + CHAT, json=chat(max_tokens=2)).json()["choices"][0]["message"][
+        "content"] == " 1 2"
+    state = healthy.state()
+    assert state["current"] == "h100" and state["probe_errors"] == 0
+
+
+def test_twenty_streams_survive_the_kill_of_their_node_then_climb_back(healthy):
+    streams = [Stream() for _ in range(20)]
+    threads = [threading.Thread(target=read_stream, args=(healthy.url, chat(max_tokens=80)),
+                                kwargs={"out": s}) for s in streams]
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: all(len(s.chunks) >= 10 for s in streams), SLOW, 0.05,
+               "every stream under way on h100")
+    killed_at = time.monotonic()
+    healthy.kill("h100")
+    for thread in threads:
+        thread.join(timeout=SLOW)
+    for s in streams:
+        assert s.status == 200 and s.error is None and s.done, (s.error, s.text[-80:])
+        assert s.numbers() == list(range(1, 81)), s.text  # no repeated, no missing piece
+        after = [c for c in s.chunks if c[0] > killed_at + 2.0]
+        assert after and {c[1] for c in after} == {"a100"}
+        assert [c[3] for c in s.chunks if c[3]] == ["h100"]  # told once, where it moved
+    gaps = [b[0] - a[0] for s in streams for a, b in zip(s.chunks, s.chunks[1:], strict=False)]
+    print(json.dumps({"max_gap_s": round(max(gaps), 3)}))
+    # Capacity returns: new streams climb back after the hysteresis.
+    healthy.ensure("h100")
+    wait_until(lambda: healthy.state()["current"] == "h100", SLOW, 0.1, "climbed back")
+    # The first streams after the climb may start on a100 while h100's new replica takes
+    # its first request (a stream does not wait for a silent replica); then h100 serves.
+    wait_until(lambda: {c[1] for c in read_stream(healthy.url, chat(max_tokens=3)).chunks}
+               == {"h100"}, 30, 0.1, "new streams on h100")
+
+
+def test_an_eu_stream_never_gets_a_token_from_a_non_eu_rung_across_a_fall(healthy):
+    eu = {"X-Ladder-Jurisdiction": "eu"}
+    wait_until(lambda: {c[1] for c in read_stream(healthy.url, chat(max_tokens=1),
+                                                  eu).chunks} == {"a100"},
+               SLOW, 0.2, "the eu selector on a100")
+    streams = [Stream() for _ in range(4)]
+    threads = [threading.Thread(target=read_stream, args=(healthy.url, chat(max_tokens=60), eu),
+                                kwargs={"out": s}) for s in streams]
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: all(len(s.chunks) >= 8 for s in streams), SLOW, 0.05, "eu streams")
+    healthy.kill("a100")
+    for thread in threads:
+        thread.join(timeout=SLOW)
+    for s in streams:
+        assert s.error is None and s.numbers() == list(range(1, 61)), (s.error, s.text)
+        assert {c[1] for c in s.chunks} <= {"a100", "cpu"}
+        assert "cpu" in {c[1] for c in s.chunks}
+    healthy.ensure("a100")
