@@ -7,15 +7,32 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import TypeVar
 
 # Tick indices are computed as ceil(t / tick); the epsilon keeps 0.1 * 3 / 0.1 from
 # landing on the next tick because of floating-point noise.
 _EPS = 1e-9
+_V = TypeVar("_V", bool, int)
 
 
 def tick_index(t: float, tick_s: float) -> int:
     """The first tick whose start time is at or after ``t``."""
     return math.ceil(t / tick_s - _EPS)
+
+
+def _merge(steps: Iterable[tuple[float, _V]]) -> tuple[list[float], list[_V]]:
+    """Run-length steps: two at one time keep the later, equal neighbours merge."""
+    starts: list[float] = []
+    values: list[_V] = []
+    for start, value in steps:
+        if starts and float(start) == starts[-1]:
+            starts.pop()  # two steps at one time: the later one wins
+            values.pop()
+        if values and value == values[-1]:
+            continue
+        starts.append(float(start))
+        values.append(value)
+    return starts, values
 
 
 @dataclass(frozen=True)
@@ -91,16 +108,7 @@ class Trace:
             >>> Trace.from_steps([(0, True), (60, True), (120, False)]).starts
             (0.0, 120.0)
         """
-        starts: list[float] = []
-        values: list[bool] = []
-        for start, value in steps:
-            if starts and float(start) == starts[-1]:
-                starts.pop()  # two steps at one time: the later one wins
-                values.pop()
-            if values and bool(value) == values[-1]:
-                continue
-            starts.append(float(start))
-            values.append(bool(value))
+        starts, values = _merge(((t, bool(v)) for t, v in steps))
         return cls(tuple(starts), tuple(values), duration_s, resolution_s, source)
 
     @classmethod
@@ -119,16 +127,7 @@ class Trace:
             >>> t.starts, t.counts, t.values
             ((0.0, 600.0, 900.0), (16, 5, 0), (True, True, False))
         """
-        starts: list[float] = []
-        counts: list[int] = []
-        for start, count in steps:
-            if starts and float(start) == starts[-1]:
-                starts.pop()  # two steps at one time: the later one wins
-                counts.pop()
-            if counts and int(count) == counts[-1]:
-                continue
-            starts.append(float(start))
-            counts.append(int(count))
+        starts, counts = _merge(((t, int(c)) for t, c in steps))
         return cls(tuple(starts), tuple(c > 0 for c in counts), duration_s, resolution_s,
                    source, tuple(counts))
 

@@ -16,7 +16,8 @@ import typing
 from collections.abc import Iterable
 from typing import Any
 
-from ray_ladder.simulate.baselines.base import Baseline, Engine, PolicyContext
+from ray_ladder.simulate.baselines.base import Baseline, Engine
+from ray_ladder.simulate.baselines.context import PolicyContext
 from ray_ladder.simulate.baselines.gke import GkeComputeClass
 from ray_ladder.simulate.baselines.karpenter import Karpenter
 from ray_ladder.simulate.baselines.ladder import LadderPolicy

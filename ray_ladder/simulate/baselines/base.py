@@ -1,4 +1,4 @@
-"""What the baseline policies share: the replay context, the switching engine, the base class."""
+"""What the baseline policies share: the switching engine, the base classes, the driver."""
 
 from __future__ import annotations
 
@@ -6,87 +6,12 @@ import dataclasses
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Collection
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ray_ladder import Constraints, Ladder
-from ray_ladder.simulate.align import Timeline
+from ray_ladder.simulate.baselines.context import PolicyContext
 from ray_ladder.simulate.replay import Replay
 
 INF = math.inf
-
-
-@dataclass(frozen=True)
-class PolicyContext:
-    """What a policy sees of one replay: the eligible rungs and, per segment, which are up.
-
-    Rungs are indexed in ladder order (best first), as in :class:`Replay`. Times are in
-    ticks; ``segments`` are the timeline's runs of identical availability.
-
-    Attributes:
-        ladder: The ladder.
-        timeline: The aligned traces.
-        names: Eligible rungs, best first.
-        compute: Per rung: a compute rung (cache and shed rungs are not).
-        traced: Per rung: it has a trace (a compute rung without one is always up).
-        warm: Compute rungs with standby replicas (the ladder's ``standby_replicas``).
-        segments: ``(first tick, end tick, obtainable per rung)``.
-        constraints: The constraints the eligible rungs came from.
-
-    Example:
-        >>> ctx = PolicyContext.build(ladder, timeline, warm=["l4"])  # doctest: +SKIP
-        >>> ctx.segments[0]  # doctest: +SKIP
-        (0, 12, (True, False, True, True, True, True))
-    """
-
-    ladder: Ladder
-    timeline: Timeline
-    names: tuple[str, ...]
-    compute: tuple[bool, ...]
-    traced: tuple[bool, ...]
-    warm: tuple[str, ...]
-    segments: tuple[tuple[int, int, tuple[bool, ...]], ...]
-    constraints: Constraints | None = None
-
-    @classmethod
-    def build(cls, ladder: Ladder, timeline: Timeline, *, warm: Collection[str] = (),
-              constraints: Constraints | None = None) -> PolicyContext:
-        """Lay the timeline's rows out per eligible rung (untraced rungs always up)."""
-        names = tuple(r.name for r in ladder.eligible(constraints))
-        compute = tuple(ladder.rung(n).is_compute for n in names)
-        traced = tuple(n in timeline.names for n in names)
-        cols = [timeline.names.index(n) if t else -1 for n, t in zip(names, traced, strict=True)]
-        ends = timeline.starts[1:] + [timeline.ticks]
-        rows: dict[tuple[bool, ...], tuple[bool, ...]] = {}
-        segments = []
-        for k0, k1, row in zip(timeline.starts, ends, timeline.rows, strict=True):
-            ok = rows.get(row)
-            if ok is None:
-                ok = rows[row] = tuple(c < 0 or row[c] for c in cols)
-            segments.append((k0, k1, ok))
-        warm_t = tuple(n for n in names if n in set(warm))
-        return cls(ladder, timeline, names, compute, traced, warm_t, tuple(segments),
-                   constraints)
-
-    @property
-    def tick_s(self) -> float:
-        """Seconds per tick."""
-        return self.timeline.tick_s
-
-    @property
-    def ticks(self) -> int:
-        """Ticks replayed."""
-        return self.timeline.ticks
-
-    @property
-    def resident(self) -> tuple[bool, ...]:
-        """Compute rungs with nodes up all the time: those without a trace (pools you own).
-
-        Kubernetes' and Ray's schedulers place a pending replica on such a node at once,
-        before any autoscaler launches one. (Standby replicas are the ladder's own
-        feature: the baselines keep none.)
-        """
-        return tuple(c and not t for c, t in zip(self.compute, self.traced, strict=True))
 
 
 class Engine:
@@ -213,6 +138,14 @@ class Baseline(ABC):
     """
 
     name: ClassVar[str]
+    #: Fields that must be >= 0 (checked by :meth:`__post_init__`).
+    non_negative: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        """Refuse a negative value of any field named in ``non_negative``."""
+        for key in self.non_negative:
+            if getattr(self, key) < 0:
+                raise ValueError(f"{self.name}: {key} must be >= 0, got {getattr(self, key)}")
 
     @abstractmethod
     def run(self, ctx: PolicyContext) -> Replay:
@@ -271,7 +204,9 @@ def drive(ctx: PolicyContext, state: Stepper) -> None:
 
 
 class Stepper(ABC):
-    """A policy's run-time state, driven by :func:`drive`."""
+    """A policy's run-time state, driven by :func:`drive`; ``eng`` keeps its record."""
+
+    eng: Engine
 
     @abstractmethod
     def begin(self, ok: tuple[bool, ...]) -> None:
@@ -297,3 +232,121 @@ def best(ok: tuple[bool, ...], mask: tuple[bool, ...], below: int | None = None)
         if ok[i] and mask[i]:
             return i
     return -1
+
+
+class SteppedBaseline(Baseline):
+    """A baseline modelled as a :class:`Stepper` that :func:`drive` feeds the timeline.
+
+    Example:
+        >>> from ray_ladder.simulate.baselines import RayNative
+        >>> isinstance(RayNative(), SteppedBaseline)
+        True
+    """
+
+    @abstractmethod
+    def stepper(self, ctx: PolicyContext) -> Stepper:
+        """A fresh run-time state of this policy over ``ctx``."""
+
+    def run(self, ctx: PolicyContext) -> Replay:
+        """Replay the policy over ``ctx``'s timeline."""
+        state = self.stepper(ctx)
+        drive(ctx, state)
+        return state.eng.finish(self.name, self.params(), self.warm_rungs(ctx))
+
+
+class PlacementRun(Stepper):
+    """What the provisioning baselines (Ray native, GKE, Karpenter) share.
+
+    A lost serving rung leaves the replica pending; a pending replica goes at once to a
+    *resident* rung (a node that is up), else the policy launches (:meth:`_launch`, in its
+    own order). A start whose capacity vanishes is dropped. Each policy has one timer
+    (``timer``: GKE's next rule, Karpenter's retry, Ray's launch timeout) and the hooks.
+
+    Example:
+        >>> run = _RayNativeRun(RayNative(), ctx); drive(ctx, run)  # doctest: +SKIP
+    """
+
+    def __init__(self, ctx: PolicyContext, start_s: float) -> None:
+        self.eng = Engine(ctx)
+        self.compute = [i for i, c in enumerate(ctx.compute) if c]
+        self.is_compute = ctx.compute
+        self.resident = ctx.resident
+        self.start = start_s / ctx.tick_s  # ticks from a placement to serving
+        self.timer = INF
+
+    @abstractmethod
+    def _launch(self, t: float, ok: tuple[bool, ...]) -> None:
+        """No node is up for the pending replica: ask for one, the policy's way."""
+
+    @abstractmethod
+    def _waiting(self, t: float, ok: tuple[bool, ...]) -> None:
+        """Capacity changed while nothing serves and no resident rung takes the replica."""
+
+    @abstractmethod
+    def _timer_fired(self, t: float, ok: tuple[bool, ...]) -> None:
+        """The policy's own timer fired (``timer`` is cleared already)."""
+
+    def _ok(self, ok: tuple[bool, ...], i: int) -> bool:
+        return ok[i]  # whether rung i can run now
+
+    def _on_loss(self, t: float, ok: tuple[bool, ...]) -> None:
+        pass  # the serving or the starting rung's capacity is gone
+
+    def _started(self) -> None:
+        pass  # a start completed: its rung serves
+
+    def _after(self, t: float, ok: tuple[bool, ...]) -> None:
+        pass  # after every change and timer: where a policy climbs
+
+    def _stop_trying(self) -> None:
+        self.timer = INF  # a placement was made: no launch timer runs
+
+    def begin(self, ok: tuple[bool, ...]) -> None:
+        self.eng.start(best(ok, self.is_compute))
+        if self.eng.served < 0:
+            self._place(0.0, ok)
+
+    def change(self, t: float, ok: tuple[bool, ...]) -> None:
+        eng = self.eng
+        if eng.served >= 0 and not self._ok(ok, eng.served):
+            self._on_loss(t, ok)
+            eng.lose(t)
+            eng.cancel(t)
+            self._place(t, ok)
+        elif eng.pending >= 0 and not self._ok(ok, eng.pending):
+            self._on_loss(t, ok)
+            eng.abandon(t)
+            if eng.served < 0:
+                self._place(t, ok)
+        elif eng.served < 0:
+            r = best(ok, self.resident)
+            if r >= 0 and r != eng.pending:
+                self._run_on(t, r)  # a node that is up now takes the waiting replica
+            else:
+                self._waiting(t, ok)
+        self._after(t, ok)
+
+    def next_event(self) -> float:
+        return min(self.eng.ready, self.timer)
+
+    def event(self, t: float, ok: tuple[bool, ...]) -> None:
+        if self.eng.ready <= t:
+            self.eng.complete()
+            self._started()
+        else:
+            self.timer = INF
+            self._timer_fired(t, ok)
+        self._after(t, ok)
+
+    def _place(self, t: float, ok: tuple[bool, ...]) -> None:
+        r = best(ok, self.resident)
+        if r >= 0:
+            self._run_on(t, r)
+        elif self.compute:
+            self._launch(t, ok)
+
+    def _run_on(self, t: float, i: int, delay: float | None = None) -> None:
+        """Head for rung ``i``; it serves ``delay`` ticks later (default: ``start``)."""
+        self._stop_trying()
+        self.eng.aim(t, i)
+        self.eng.switch(t, i, self.start if delay is None else delay)

@@ -7,20 +7,18 @@ from typing import ClassVar
 
 from ray_ladder.simulate.baselines.base import (
     INF,
-    Baseline,
-    Engine,
-    PolicyContext,
+    PlacementRun,
+    SteppedBaseline,
     Stepper,
     best,
-    drive,
 )
-from ray_ladder.simulate.replay import Replay
+from ray_ladder.simulate.baselines.context import PolicyContext
 
 WHEN_UNSATISFIABLE = ("DoNotScaleUp", "ScaleUpAnyway")
 
 
 @dataclass(frozen=True)
-class GkeComputeClass(Baseline):
+class GkeComputeClass(SteppedBaseline):
     """A GKE custom ComputeClass whose ``priorities`` are the ladder's compute rungs.
 
     The model:
@@ -59,6 +57,7 @@ class GkeComputeClass(Baseline):
     """
 
     name: ClassVar[str] = "gke-computeclass"
+    non_negative: ClassVar[tuple[str, ...]] = ("climb_s", "provision_fail_s", "start_s")
     climb_s: float = 341.0
     provision_fail_s: float = 10.0
     start_s: float = 10.0
@@ -66,19 +65,14 @@ class GkeComputeClass(Baseline):
     when_unsatisfiable: str = "DoNotScaleUp"
 
     def __post_init__(self) -> None:
-        for key in ("climb_s", "provision_fail_s", "start_s"):
-            if getattr(self, key) < 0:
-                raise ValueError(f"gke-computeclass: {key} must be >= 0, got "
-                                 f"{getattr(self, key)}")
+        super().__post_init__()
         if self.when_unsatisfiable not in WHEN_UNSATISFIABLE:
             raise ValueError(f"gke-computeclass: when_unsatisfiable must be one of "
                              f"{WHEN_UNSATISFIABLE}, got {self.when_unsatisfiable!r}")
 
-    def run(self, ctx: PolicyContext) -> Replay:
-        """Replay the policy over ``ctx``'s timeline."""
-        state = _GkeRun(self, ctx)
-        drive(ctx, state)
-        return state.eng.finish(self.name, self.params(), self.warm_rungs(ctx))
+    def stepper(self, ctx: PolicyContext) -> Stepper:
+        """The policy's run-time state over ``ctx``."""
+        return _GkeRun(self, ctx)
 
 
 def _general_purpose(ctx: PolicyContext, i: int) -> bool:
@@ -87,15 +81,10 @@ def _general_purpose(ctx: PolicyContext, i: int) -> bool:
     return not rung.resources and not rung.num_gpus and not rung.accelerator_type
 
 
-class _GkeRun(Stepper):
+class _GkeRun(PlacementRun):
     def __init__(self, policy: GkeComputeClass, ctx: PolicyContext) -> None:
-        self.eng = Engine(ctx)
-        self.compute = [i for i, c in enumerate(ctx.compute) if c]
-        self.is_compute = ctx.compute
-        self.resident = ctx.resident
-        tick = ctx.tick_s
-        self.climb, self.fail, self.start = (policy.climb_s / tick, policy.provision_fail_s / tick,
-                                             policy.start_s / tick)
+        super().__init__(ctx, policy.start_s)
+        self.climb, self.fail = policy.climb_s / ctx.tick_s, policy.provision_fail_s / ctx.tick_s
         self.migrate = policy.active_migration
         self.anyway = policy.when_unsatisfiable == "ScaleUpAnyway"
         self.default = self.compute[-1] if self.compute else -1
@@ -103,76 +92,48 @@ class _GkeRun(Stepper):
             self.anyway = False  # GKE's default node cannot host an accelerator pod
         self.on_default = False  # serving (or starting) GKE's default node
         self.walk = -1  # position in self.compute of the rule being provisioned; -1: none
-        self.walk_at = INF
 
     def _ok(self, ok: tuple[bool, ...], i: int) -> bool:
         return ok[i] or (self.on_default and i == self.default)
 
-    def begin(self, ok: tuple[bool, ...]) -> None:
-        self.eng.start(best(ok, self.is_compute))
-        if self.eng.served < 0:
-            self._place(0.0, ok)
+    def _waiting(self, t: float, ok: tuple[bool, ...]) -> None:
+        if self.walk < 0 and self.eng.pending < 0:
+            self._place(t, ok)  # DoNotScaleUp was waiting: capacity changed
 
-    def change(self, t: float, ok: tuple[bool, ...]) -> None:
-        eng = self.eng
-        if eng.served >= 0 and not self._ok(ok, eng.served):
-            eng.lose(t)
-            eng.cancel(t)
-            self._place(t, ok)
-        elif eng.pending >= 0 and not self._ok(ok, eng.pending):
-            eng.abandon(t)
-            if eng.served < 0:
-                self._place(t, ok)
-        elif eng.served < 0:
-            r = best(ok, self.resident)
-            if r >= 0 and r != eng.pending:
-                self._run_on(t, r, self.start)
-            elif self.walk < 0 and eng.pending < 0:
-                self._place(t, ok)  # DoNotScaleUp was waiting: capacity changed
-        self._maybe_migrate(t, ok)
+    def _started(self) -> None:
+        if self.eng.served != self.default:
+            self.on_default = False
 
-    def next_event(self) -> float:
-        return min(self.eng.ready, self.walk_at)
+    def _timer_fired(self, t: float, ok: tuple[bool, ...]) -> None:
+        self._try(t, ok, self.walk + 1)  # the rule failed: the next one
 
-    def event(self, t: float, ok: tuple[bool, ...]) -> None:
-        if self.eng.ready <= t:
-            self.eng.complete()
-            if self.eng.served != self.default:
-                self.on_default = False
-        else:
-            self.walk_at = INF
-            self._try(t, ok, self.walk + 1)
-        self._maybe_migrate(t, ok)
-
-    def _place(self, t: float, ok: tuple[bool, ...]) -> None:
-        r = best(ok, self.resident)
-        if r >= 0:
-            self._run_on(t, r, self.start)
-        elif self.compute:
-            self._try(t, ok, 0)
+    def _launch(self, t: float, ok: tuple[bool, ...]) -> None:
+        self._try(t, ok, 0)
 
     def _try(self, t: float, ok: tuple[bool, ...], pos: int) -> None:
         while pos < len(self.compute):
             i = self.compute[pos]
             if ok[i]:
-                self._run_on(t, i, self.start)
+                self._run_on(t, i)
                 return
             if self.fail > 0:  # this rule fails after one attempt; the next one is next
-                self.walk, self.walk_at = pos, t + self.fail
+                self.walk, self.timer = pos, t + self.fail
                 return
             pos += 1
-        self.walk, self.walk_at = -1, INF
+        self._stop_trying()
         if self.anyway:
-            self._run_on(t, self.default, self.start, default=True)
-        # DoNotScaleUp: pending until capacity changes (see change()).
+            self._run_on(t, self.default, default=True)
+        # DoNotScaleUp: pending until capacity changes (see _waiting()).
 
-    def _run_on(self, t: float, i: int, delay: float, *, default: bool = False) -> None:
-        self.walk, self.walk_at = -1, INF
+    def _stop_trying(self) -> None:
+        self.walk, self.timer = -1, INF
+
+    def _run_on(self, t: float, i: int, delay: float | None = None, *,
+                default: bool = False) -> None:
         self.on_default = default
-        self.eng.aim(t, i)
-        self.eng.switch(t, i, delay)
+        super()._run_on(t, i, delay)
 
-    def _maybe_migrate(self, t: float, ok: tuple[bool, ...]) -> None:
+    def _after(self, t: float, ok: tuple[bool, ...]) -> None:
         eng = self.eng
         if not self.migrate or eng.served < 0 or eng.pending >= 0:
             return

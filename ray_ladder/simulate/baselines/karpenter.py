@@ -5,20 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ray_ladder.simulate.baselines.base import (
-    INF,
-    Baseline,
-    Engine,
-    PolicyContext,
-    Stepper,
-    best,
-    drive,
-)
-from ray_ladder.simulate.replay import Replay
+from ray_ladder.simulate.baselines.base import INF, PlacementRun, SteppedBaseline, Stepper
+from ray_ladder.simulate.baselines.context import PolicyContext
 
 
 @dataclass(frozen=True)
-class Karpenter(Baseline):
+class Karpenter(SteppedBaseline):
     """Karpenter with one offering per compute rung, in weight order (weighted NodePools).
 
     The model:
@@ -52,82 +44,40 @@ class Karpenter(Baseline):
     """
 
     name: ClassVar[str] = "karpenter"
+    non_negative: ClassVar[tuple[str, ...]] = ("ice_ttl_s", "retry_s", "start_s",
+                                               "consolidate_after_s")
     ice_ttl_s: float = 180.0
     retry_s: float = 11.0
     start_s: float = 10.0
     consolidation: bool = False
     consolidate_after_s: float = 15.0
 
-    def __post_init__(self) -> None:
-        for key in ("ice_ttl_s", "retry_s", "start_s", "consolidate_after_s"):
-            if getattr(self, key) < 0:
-                raise ValueError(f"karpenter: {key} must be >= 0, got {getattr(self, key)}")
-
-    def run(self, ctx: PolicyContext) -> Replay:
-        """Replay the policy over ``ctx``'s timeline."""
-        state = _KarpenterRun(self, ctx)
-        drive(ctx, state)
-        return state.eng.finish(self.name, self.params(), self.warm_rungs(ctx))
+    def stepper(self, ctx: PolicyContext) -> Stepper:
+        """The policy's run-time state over ``ctx``."""
+        return _KarpenterRun(self, ctx)
 
 
-class _KarpenterRun(Stepper):
+class _KarpenterRun(PlacementRun):
     def __init__(self, policy: Karpenter, ctx: PolicyContext) -> None:
-        self.eng = Engine(ctx)
-        self.compute = [i for i, c in enumerate(ctx.compute) if c]
-        self.is_compute = ctx.compute
-        self.resident = ctx.resident
-        tick = ctx.tick_s
-        self.ttl, self.retry, self.start = (policy.ice_ttl_s / tick, policy.retry_s / tick,
-                                            policy.start_s / tick)
+        super().__init__(ctx, policy.start_s)
+        self.ttl, self.retry = policy.ice_ttl_s / ctx.tick_s, policy.retry_s / ctx.tick_s
         self.consolidate = policy.consolidation
-        self.consolidate_delay = (policy.consolidate_after_s + policy.start_s) / tick
+        self.consolidate_delay = (policy.consolidate_after_s + policy.start_s) / ctx.tick_s
         self.cached = [-INF] * len(ctx.names)  # tick until which an offering is skipped
-        self.next_try = INF
 
-    def begin(self, ok: tuple[bool, ...]) -> None:
-        self.eng.start(best(ok, self.is_compute))
-        if self.eng.served < 0:
-            self._place(0.0, ok)
+    def _on_loss(self, t: float, ok: tuple[bool, ...]) -> None:
+        # An interruption marks the serving offering; a launch whose capacity vanished
+        # before it served is refused after all.
+        for i in (self.eng.served, self.eng.pending):
+            if i >= 0 and not ok[i]:
+                self.cached[i] = t + self.ttl
 
-    def change(self, t: float, ok: tuple[bool, ...]) -> None:
-        eng = self.eng
-        if eng.served >= 0 and not ok[eng.served]:
-            self.cached[eng.served] = t + self.ttl  # the interruption marks the offering
-            eng.lose(t)
-            if eng.pending >= 0 and not ok[eng.pending]:
-                self.cached[eng.pending] = t + self.ttl
-            eng.cancel(t)
-            self._place(t, ok)
-        elif eng.pending >= 0 and not ok[eng.pending]:
-            self.cached[eng.pending] = t + self.ttl  # the launch is refused after all
-            eng.abandon(t)
-            if eng.served < 0:
-                self._place(t, ok)
-        elif eng.served < 0:
-            r = best(ok, self.resident)
-            if r >= 0 and r != eng.pending:
-                self._run_on(t, r, self.start)
-            elif eng.pending < 0 and self.next_try == INF:
-                self._launch(t, ok)  # nothing was left to try: capacity changed
-        self._maybe_consolidate(t, ok)
+    def _waiting(self, t: float, ok: tuple[bool, ...]) -> None:
+        if self.eng.pending < 0 and self.timer == INF:
+            self._launch(t, ok)  # nothing was left to try: capacity changed
 
-    def next_event(self) -> float:
-        return min(self.eng.ready, self.next_try)
-
-    def event(self, t: float, ok: tuple[bool, ...]) -> None:
-        if self.eng.ready <= t:
-            self.eng.complete()
-        else:
-            self.next_try = INF
-            if self.eng.served < 0 and self.eng.pending < 0:
-                self._launch(t, ok)
-        self._maybe_consolidate(t, ok)
-
-    def _place(self, t: float, ok: tuple[bool, ...]) -> None:
-        r = best(ok, self.resident)
-        if r >= 0:
-            self._run_on(t, r, self.start)
-        else:
+    def _timer_fired(self, t: float, ok: tuple[bool, ...]) -> None:
+        if self.eng.served < 0 and self.eng.pending < 0:
             self._launch(t, ok)
 
     def _launch(self, t: float, ok: tuple[bool, ...]) -> None:
@@ -135,25 +85,20 @@ class _KarpenterRun(Stepper):
         while True:
             free = [i for i in self.compute if self.cached[i] <= t and i not in tried]
             if not free:  # every offering is cached: wait for the first to expire
-                self.next_try = min((self.cached[i] for i in self.compute
-                                     if self.cached[i] > t), default=INF)
+                self.timer = min((self.cached[i] for i in self.compute
+                                  if self.cached[i] > t), default=INF)
                 return
             i = free[0]
             if ok[i]:
-                self._run_on(t, i, self.start)
+                self._run_on(t, i)
                 return
             self.cached[i] = t + self.ttl  # the launch is tried, and refused
             tried.add(i)
             if self.retry > 0:
-                self.next_try = t + self.retry
+                self.timer = t + self.retry
                 return
 
-    def _run_on(self, t: float, i: int, delay: float) -> None:
-        self.next_try = INF
-        self.eng.aim(t, i)
-        self.eng.switch(t, i, delay)
-
-    def _maybe_consolidate(self, t: float, ok: tuple[bool, ...]) -> None:
+    def _after(self, t: float, ok: tuple[bool, ...]) -> None:
         eng = self.eng
         if not self.consolidate or eng.served < 0 or eng.pending >= 0:
             return
@@ -165,5 +110,5 @@ class _KarpenterRun(Stepper):
         elif any(ok[i] and self.cached[i] > t for i in self.compute
                  if i < eng.served):
             # A better offering is up but still cached: look again when it expires.
-            self.next_try = min(self.next_try, min(
+            self.timer = min(self.timer, min(
                 self.cached[i] for i in self.compute if i < eng.served and ok[i]))

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ray_ladder.simulate.baselines.base import Baseline, PolicyContext
+from ray_ladder.simulate.baselines.base import Baseline
+from ray_ladder.simulate.baselines.context import PolicyContext
 from ray_ladder.simulate.replay import Replay, replay
 
 MEASURED_FALL_S = 0.33
@@ -52,6 +53,7 @@ class LadderPolicy(Baseline):
     """
 
     name: ClassVar[str] = "ladder"
+    non_negative: ClassVar[tuple[str, ...]] = ("fall_s", "start_s", "climb_s")
     hysteresis: int | None = None
     fall_s: float = MEASURED_FALL_S
     start_s: float = MEASURED_START_S
@@ -62,9 +64,7 @@ class LadderPolicy(Baseline):
         h = self.hysteresis
         if h is not None and (isinstance(h, bool) or not isinstance(h, int) or h < 1):
             raise ValueError(f"ladder: hysteresis must be an integer >= 1, got {h!r}")
-        for key in ("fall_s", "start_s", "climb_s"):
-            if getattr(self, key) < 0:
-                raise ValueError(f"ladder: {key} must be >= 0, got {getattr(self, key)}")
+        super().__post_init__()
 
     def warm_rungs(self, ctx: PolicyContext) -> list[str]:
         """The warm compute rungs (see ``warm``)."""

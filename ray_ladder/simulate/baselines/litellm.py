@@ -6,19 +6,12 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ray_ladder.simulate.baselines.base import (
-    INF,
-    Baseline,
-    Engine,
-    PolicyContext,
-    Stepper,
-    drive,
-)
-from ray_ladder.simulate.replay import Replay
+from ray_ladder.simulate.baselines.base import INF, Engine, SteppedBaseline, Stepper
+from ray_ladder.simulate.baselines.context import PolicyContext
 
 
 @dataclass(frozen=True)
-class LiteLLM(Baseline):
+class LiteLLM(SteppedBaseline):
     """A LiteLLM router with one deployment per compute rung, in ``order`` (fallbacks).
 
     LiteLLM routes; it does not provision. The model assumes every deployment is kept
@@ -47,23 +40,17 @@ class LiteLLM(Baseline):
     """
 
     name: ClassVar[str] = "litellm"
+    non_negative: ClassVar[tuple[str, ...]] = ("cooldown_s", "start_s")
     cooldown_s: float = 5.0
     start_s: float = 10.0
-
-    def __post_init__(self) -> None:
-        for key in ("cooldown_s", "start_s"):
-            if getattr(self, key) < 0:
-                raise ValueError(f"litellm: {key} must be >= 0, got {getattr(self, key)}")
 
     def warm_rungs(self, ctx: PolicyContext) -> list[str]:
         """Every compute rung: each deployment runs whenever its rung is obtainable."""
         return [n for n, c in zip(ctx.names, ctx.compute, strict=True) if c]
 
-    def run(self, ctx: PolicyContext) -> Replay:
-        """Replay the policy over ``ctx``'s timeline."""
-        state = _LiteLLMRun(self, ctx)
-        drive(ctx, state)
-        return state.eng.finish(self.name, self.params(), self.warm_rungs(ctx))
+    def stepper(self, ctx: PolicyContext) -> Stepper:
+        """The policy's run-time state over ``ctx``."""
+        return _LiteLLMRun(self, ctx)
 
 
 class _LiteLLMRun(Stepper):

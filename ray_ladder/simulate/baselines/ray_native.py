@@ -5,20 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ray_ladder.simulate.baselines.base import (
-    INF,
-    Baseline,
-    Engine,
-    PolicyContext,
-    Stepper,
-    best,
-    drive,
-)
-from ray_ladder.simulate.replay import Replay
+from ray_ladder.simulate.baselines.base import INF, PlacementRun, SteppedBaseline, Stepper
+from ray_ladder.simulate.baselines.context import PolicyContext
 
 
 @dataclass(frozen=True)
-class RayNative(Baseline):
+class RayNative(SteppedBaseline):
     """Ray's native label fallback: chosen at placement time, kept until the rung is lost.
 
     One replica (or task) asks for the top rung's ``label_selector`` with the lower
@@ -51,73 +43,33 @@ class RayNative(Baseline):
     """
 
     name: ClassVar[str] = "ray-native"
+    non_negative: ClassVar[tuple[str, ...]] = ("launch_timeout_s", "start_s")
     launch_timeout_s: float = 3600.0
     start_s: float = 10.0
 
-    def __post_init__(self) -> None:
-        for key in ("launch_timeout_s", "start_s"):
-            if getattr(self, key) < 0:
-                raise ValueError(f"ray-native: {key} must be >= 0, got {getattr(self, key)}")
-
-    def run(self, ctx: PolicyContext) -> Replay:
-        """Replay the policy over ``ctx``'s timeline."""
-        state = _RayNativeRun(self, ctx)
-        drive(ctx, state)
-        return state.eng.finish(self.name, self.params(), self.warm_rungs(ctx))
+    def stepper(self, ctx: PolicyContext) -> Stepper:
+        """The policy's run-time state over ``ctx``."""
+        return _RayNativeRun(self, ctx)
 
 
-class _RayNativeRun(Stepper):
+class _RayNativeRun(PlacementRun):
     def __init__(self, policy: RayNative, ctx: PolicyContext) -> None:
-        self.eng = Engine(ctx)
-        self.compute = [i for i, c in enumerate(ctx.compute) if c]
-        self.is_compute = ctx.compute
-        self.resident = ctx.resident
-        self.start = policy.start_s / ctx.tick_s
+        super().__init__(ctx, policy.start_s)
         self.timeout = policy.launch_timeout_s / ctx.tick_s
         self.attempt = -1  # position in self.compute of the launch waited on; -1: none
-        self.deadline = INF
 
-    def begin(self, ok: tuple[bool, ...]) -> None:
-        self.eng.start(best(ok, self.is_compute))
-        if self.eng.served < 0:
-            self._place(0.0, ok)
-
-    def change(self, t: float, ok: tuple[bool, ...]) -> None:
-        eng = self.eng
-        if eng.served >= 0 and not ok[eng.served]:
-            eng.lose(t)
-            eng.cancel(t)
+    def _waiting(self, t: float, ok: tuple[bool, ...]) -> None:
+        if self.attempt >= 0 and ok[self.compute[self.attempt]]:
+            self._run_on(t, self.compute[self.attempt])  # the pending launch succeeds
+        elif self.attempt < 0 and self.eng.pending < 0:
             self._place(t, ok)
-        elif eng.pending >= 0 and not ok[eng.pending]:
-            eng.cancel(t)  # the node being started is gone with its capacity
-            self._place(t, ok)
-        elif eng.served < 0:
-            r = best(ok, self.resident)
-            if r >= 0 and r != eng.pending:
-                self._run_on(t, r)  # a node that is up now takes the waiting replica
-            elif self.attempt >= 0 and ok[self.compute[self.attempt]]:
-                self._run_on(t, self.compute[self.attempt])  # the pending launch succeeds
-            elif self.attempt < 0 and eng.pending < 0:
-                self._place(t, ok)
 
-    def next_event(self) -> float:
-        return min(self.eng.ready, self.deadline)
+    def _timer_fired(self, t: float, ok: tuple[bool, ...]) -> None:
+        # The launch waited on timed out: the autoscaler tries the next rung.
+        self._try(t, ok, (self.attempt + 1) % len(self.compute))
 
-    def event(self, t: float, ok: tuple[bool, ...]) -> None:
-        if self.eng.ready <= t:
-            self.eng.complete()
-        else:  # the launch waited on timed out: the autoscaler tries the next rung
-            self.deadline = INF
-            self._try(t, ok, (self.attempt + 1) % len(self.compute))
-
-    def _place(self, t: float, ok: tuple[bool, ...]) -> None:
-        if not self.compute:
-            return
-        r = best(ok, self.resident)
-        if r >= 0:
-            self._run_on(t, r)
-        else:
-            self._try(t, ok, 0)
+    def _launch(self, t: float, ok: tuple[bool, ...]) -> None:
+        self._try(t, ok, 0)
 
     def _try(self, t: float, ok: tuple[bool, ...], pos: int) -> None:
         if self.timeout <= 0:  # no wait at all: the first obtainable rung from pos on
@@ -133,9 +85,7 @@ class _RayNativeRun(Stepper):
         if ok[i]:
             self._run_on(t, i)
         else:
-            self.deadline = t + self.timeout
+            self.timer = t + self.timeout
 
-    def _run_on(self, t: float, i: int) -> None:
-        self.attempt, self.deadline = -1, INF
-        self.eng.aim(t, i)
-        self.eng.switch(t, i, self.start)
+    def _stop_trying(self) -> None:
+        self.attempt, self.timer = -1, INF

@@ -1,0 +1,82 @@
+"""What a baseline sees of one replay: the eligible rungs and, per segment, which are up."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from ray_ladder import Constraints, Ladder
+from ray_ladder.simulate.align import Timeline
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """What a policy sees of one replay: the eligible rungs and, per segment, which are up.
+
+    Rungs are indexed in ladder order (best first), as in :class:`Replay`. Times are in
+    ticks; ``segments`` are the timeline's runs of identical availability.
+
+    Attributes:
+        ladder: The ladder.
+        timeline: The aligned traces.
+        names: Eligible rungs, best first.
+        compute: Per rung: a compute rung (cache and shed rungs are not).
+        traced: Per rung: it has a trace (a compute rung without one is always up).
+        warm: Compute rungs with standby replicas (the ladder's ``standby_replicas``).
+        segments: ``(first tick, end tick, obtainable per rung)``.
+        constraints: The constraints the eligible rungs came from.
+
+    Example:
+        >>> ctx = PolicyContext.build(ladder, timeline, warm=["l4"])  # doctest: +SKIP
+        >>> ctx.segments[0]  # doctest: +SKIP
+        (0, 12, (True, False, True, True, True, True))
+    """
+
+    ladder: Ladder
+    timeline: Timeline
+    names: tuple[str, ...]
+    compute: tuple[bool, ...]
+    traced: tuple[bool, ...]
+    warm: tuple[str, ...]
+    segments: tuple[tuple[int, int, tuple[bool, ...]], ...]
+    constraints: Constraints | None = None
+
+    @classmethod
+    def build(cls, ladder: Ladder, timeline: Timeline, *, warm: Collection[str] = (),
+              constraints: Constraints | None = None) -> PolicyContext:
+        """Lay the timeline's rows out per eligible rung (untraced rungs always up)."""
+        names = tuple(r.name for r in ladder.eligible(constraints))
+        compute = tuple(ladder.rung(n).is_compute for n in names)
+        traced = tuple(n in timeline.names for n in names)
+        cols = [timeline.names.index(n) if t else -1 for n, t in zip(names, traced, strict=True)]
+        ends = timeline.starts[1:] + [timeline.ticks]
+        rows: dict[tuple[bool, ...], tuple[bool, ...]] = {}
+        segments = []
+        for k0, k1, row in zip(timeline.starts, ends, timeline.rows, strict=True):
+            ok = rows.get(row)
+            if ok is None:
+                ok = rows[row] = tuple(c < 0 or row[c] for c in cols)
+            segments.append((k0, k1, ok))
+        warm_t = tuple(n for n in names if n in set(warm))
+        return cls(ladder, timeline, names, compute, traced, warm_t, tuple(segments),
+                   constraints)
+
+    @property
+    def tick_s(self) -> float:
+        """Seconds per tick."""
+        return self.timeline.tick_s
+
+    @property
+    def ticks(self) -> int:
+        """Ticks replayed."""
+        return self.timeline.ticks
+
+    @property
+    def resident(self) -> tuple[bool, ...]:
+        """Compute rungs with nodes up all the time: those without a trace (pools you own).
+
+        Kubernetes' and Ray's schedulers place a pending replica on such a node at once,
+        before any autoscaler launches one. (Standby replicas are the ladder's own
+        feature: the baselines keep none.)
+        """
+        return tuple(c and not t for c, t in zip(self.compute, self.traced, strict=True))
