@@ -10,6 +10,7 @@ from typing import Any
 
 from ray_ladder.autoscale import sources
 from ray_ladder.autoscale.plan import MAX_EVENTS, AutoscaleOptions, AutoscalePlanner
+from ray_ladder.cluster.board import hook_step
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.spec import Ladder, as_ladder
 
@@ -121,6 +122,7 @@ class AutoscaleHook:
             self._cond.notify_all()
         sources.save_state(self.ladder.name, state)
         sources.save_roles(self.ladder.name, state)
+        hook_step(self.ladder, plan.events, state)  # event store, role and rung metrics
         if changed:
             self._notify(state)
         return state

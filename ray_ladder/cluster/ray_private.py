@@ -38,6 +38,9 @@ PRIVATE_USES: tuple[tuple[str, str], ...] = (
     ("ray.autoscaler.v2.sdk", "get_cluster_status"),
     ("ray.serve.handle", "DeploymentResponse._fetch_future_result_async"),
     ("ray.tune.execution.tune_controller", "TuneController._set_trial_status"),
+    ("ray._raylet", "GcsClient"),
+    ("ray._private.services", "canonicalize_bootstrap_address_or_die"),
+    ("ray.experimental.internal_kv", "internal_kv_get_gcs_client"),
 )
 
 
@@ -188,3 +191,80 @@ def replica_assigned(response: Any) -> Awaitable[Any]:
 def set_trial_status(tune_controller: Any, trial: Any, status: str) -> None:
     """Set a trial's status the way Tune's controller does (``_set_trial_status``)."""
     tune_controller._set_trial_status(trial, status)
+
+
+# --- a bare GCS client (operating a cluster without joining it) ---------------------------
+
+def resolve_gcs_address(address: str) -> str:
+    """``host:port`` of the GCS for ``address`` (``auto``: ``RAY_ADDRESS``, then the last
+    ``ray start`` on this machine), the way ``ray status`` resolves it; raises
+    ``ConnectionError`` when ``auto`` finds no cluster."""
+    from ray._private.services import canonicalize_bootstrap_address_or_die
+
+    return str(canonicalize_bootstrap_address_or_die(address))
+
+
+def gcs_client(address: str) -> Any:
+    """A GCS client of ``address`` that does not join the cluster (no driver, no job), as
+    ``ray status`` makes one (``ray._raylet.GcsClient``). Blocks until the GCS answers."""
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]
+
+    return GcsClient(address=address)
+
+
+def process_gcs_client() -> Any | None:
+    """This Ray process's own GCS client (None before ``ray.init`` or after shutdown)."""
+    from ray.experimental.internal_kv import internal_kv_get_gcs_client
+
+    return internal_kv_get_gcs_client()
+
+
+def gcs_kv_keys(client: Any, prefix: str, namespace: str, timeout_s: float) -> list[str]:
+    """Keys of the internal KV that start with ``prefix`` (one round trip)."""
+    keys = client.internal_kv_keys(prefix.encode(), namespace.encode(), timeout=timeout_s)
+    return [k.decode() if isinstance(k, bytes) else str(k) for k in keys]
+
+
+def gcs_kv_multi_get(client: Any, keys: list[str], namespace: str,
+                     timeout_s: float) -> dict[str, bytes]:
+    """Values of ``keys`` (absent ones left out), in one round trip."""
+    if not keys:
+        return {}
+    got = client.internal_kv_multi_get([k.encode() for k in keys], namespace=namespace.encode(),
+                                       timeout=timeout_s)
+    return {(k.decode() if isinstance(k, bytes) else str(k)): bytes(v)
+            for k, v in got.items() if v is not None}
+
+
+def gcs_kv_put(client: Any, key: str, value: bytes, namespace: str, timeout_s: float) -> None:
+    """Write (overwrite) one value of the internal KV."""
+    client.internal_kv_put(key.encode(), value, overwrite=True, namespace=namespace.encode(),
+                           timeout=timeout_s)
+
+
+def gcs_kv_del(client: Any, key: str, namespace: str, timeout_s: float) -> None:
+    """Delete one key of the internal KV."""
+    client.internal_kv_del(key.encode(), False, namespace=namespace.encode(), timeout=timeout_s)
+
+
+def gcs_nodes(client: Any, timeout_s: float) -> list[dict[str, Any]]:
+    """Every node the GCS knows: id, alive, labels, total resources, metrics address."""
+    out = []
+    for info in client.get_all_node_info(timeout=timeout_s).values():
+        out.append({
+            "node_id": info.node_id.hex(),
+            "alive": info.state == 0,  # GcsNodeInfo.GcsNodeState.ALIVE
+            "labels": dict(info.labels),
+            "total": dict(info.resources_total),
+            "is_head": bool(info.is_head_node),
+            "metrics": f"{info.node_manager_address}:{info.metrics_export_port}",
+            "session_dir": info.session_dir,
+        })
+    return out
+
+
+def gcs_live_jobs(client: Any, timeout_s: float) -> set[str]:
+    """Hex ids of the jobs (drivers) the GCS counts as alive."""
+    jobs = client.get_all_job_info(skip_submission_job_info_field=True,
+                                   skip_is_running_tasks_field=True, timeout=timeout_s)
+    return {info.job_id.hex() for info in jobs.values() if not info.is_dead}

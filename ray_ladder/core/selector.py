@@ -121,6 +121,17 @@ class Selector:
         """The promotion hysteresis in force."""
         return self._hysteresis
 
+    @property
+    def alerted(self) -> bool:
+        """Whether the current degraded episode raised its ``max_degraded_seconds`` alert."""
+        return self._alerted
+
+    def degraded_s(self, now: float) -> float:
+        """Seconds below the best eligible rung at ``now`` (0 when on it), as the last
+        decision counted them; for status views that keep no decision."""
+        start = self._episode_start
+        return 0.0 if start is None else max(0.0, now - start)
+
     def streak(self, rung: str) -> int:
         """Consecutive observations ``rung`` has been seen obtainable."""
         return self._streak[self._names.index(rung)]

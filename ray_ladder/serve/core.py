@@ -302,6 +302,10 @@ class RouterState:
             "current_index": self.ladder.index(current) if current is not None else -1,
             "degraded_s": round(self.degraded_s(None), 3),
             "promotion_hysteresis": default.hysteresis,
+    def selectors_in_use(self) -> list[Selector]:
+        """Every selector, the unconstrained one first (for ``ray-ladder status``)."""
+        return list(self._selectors.values())
+
             "probe_interval_s": self.ladder.policy.probe_interval_s,
             "observations": self.observations,
             "rungs": rungs,

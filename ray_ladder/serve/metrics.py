@@ -1,27 +1,38 @@
-"""Ray metrics of a ladder app (exported with Ray's ``ray_`` prefix), plus local counts."""
+"""Ray metrics and the status entry of a ladder app (names: ray_ladder.cluster.metrics)."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ray_ladder.cluster import metrics as ladder_metrics
+from ray_ladder.cluster.board import LadderBoard
 from ray_ladder.cluster.event_log import log_event
 from ray_ladder.core.events import TransitionEvent
 from ray_ladder.core.selector import Decision
 from ray_ladder.core.spec import Ladder
 
+if TYPE_CHECKING:
+    from ray_ladder.serve.core import RouterState
+
+#: Constrained selectors shown in the status entry (the most recently used).
+MAX_STATUS_SELECTORS = 20
+
 
 class LadderMetrics:
-    """The five ladder metrics; each ``inc``/``set`` also updates :attr:`counts`.
+    """The router's metrics and status entry; each count also updates :attr:`counts`.
 
-    Names as Prometheus shows them (Ray adds ``ray_``; counters get ``_total``):
-    ``ray_ladder_requests_total{ladder,rung}``, ``ray_ladder_current_rung{ladder}`` (index,
-    -1 when exhausted), ``ray_ladder_transitions_total{ladder,direction}``,
-    ``ray_ladder_degraded_seconds{ladder}``, ``ray_ladder_alerts_total{ladder}``.
+    Records through the one table of :mod:`ray_ladder.cluster.metrics` (Prometheus shows
+    ``ray_ladder_requests_total{ladder,rung}``, ``ray_ladder_current_rung{ladder,part}``
+    and the rest, see docs/operating.md) and publishes the app's entry for
+    ``ray-ladder status`` (:class:`~ray_ladder.cluster.board.LadderBoard`). Transitions
+    and alerts are counted where they are logged (:func:`log_event`).
 
     Args:
         ladder: The ladder (its name is the ``ladder`` tag).
-        enabled: Create Ray metrics (needs a Ray worker); ``False`` keeps only counts.
+        enabled: Export Ray metrics; ``False`` keeps only counts (and the status entry).
+        app: The Serve app (default: read from the replica context on first use).
 
     Example:
         >>> metrics = LadderMetrics(ladder, enabled=False)  # doctest: +SKIP
@@ -29,36 +40,32 @@ class LadderMetrics:
         1
     """
 
-    def __init__(self, ladder: Ladder, *, enabled: bool = True) -> None:
+    def __init__(self, ladder: Ladder, *, enabled: bool = True, app: str | None = None) -> None:
         self.ladder = ladder
-        self._tags = {"ladder": ladder.name}
+        self.enabled = enabled
+        self._app = app
+        self._tags = {"ladder": ladder.name, "part": "serve"}
         self.counts: dict[str, Any] = {
             "requests": Counter(), "transitions": Counter(), "alerts": 0,
             "current_rung": -1, "degraded_seconds": 0.0,
         }
         self._exported: Counter[str] = Counter()
-        self._requests = self._current = self._transitions = None
-        self._degraded = self._alerts = None
+        self.board = LadderBoard("serve", export=enabled)
         if enabled:
-            from ray.util import metrics
+            ladder_metrics.set_gauge("ladder_current_rung", -1, **self._tags)
+            ladder_metrics.set_gauge("ladder_degraded_seconds", 0.0, **self._tags)
 
-            keys = ("ladder",)
-            self._requests = metrics.Counter(
-                "ladder_requests", "Answers per rung (shed/exhausted included).",
-                tag_keys=("ladder", "rung"))
-            self._current = metrics.Gauge(
-                "ladder_current_rung", "Index of the rung requests go to (-1: none).",
-                tag_keys=keys)
-            self._transitions = metrics.Counter(
-                "ladder_transitions", "Rung changes by direction (down/up).",
-                tag_keys=("ladder", "direction"))
-            self._degraded = metrics.Gauge(
-                "ladder_degraded_seconds", "Seconds below the best eligible rung.",
-                tag_keys=keys)
-            self._alerts = metrics.Counter(
-                "ladder_alerts", "max_degraded_seconds alerts.", tag_keys=keys)
-            self._current.set(-1, tags=self._tags)
-            self._degraded.set(0.0, tags=self._tags)
+    @property
+    def app(self) -> str:
+        """The Serve app this router fronts (its status entry's name)."""
+        if self._app is None:
+            try:
+                from ray import serve
+
+                self._app = serve.get_replica_context().app_name
+            except Exception:  # not in a replica (unit tests): the ladder's name
+                self._app = self.ladder.name
+        return self._app
 
     def request(self, rung: str) -> None:
         """One answer (or 503) from ``rung`` (exported at the next :meth:`decision`)."""
@@ -67,12 +74,10 @@ class LadderMetrics:
     def flush(self) -> None:
         """Export the request counts gathered since the last flush (one ``inc`` per rung
         per probe instead of one per request: the router's hot path stays cheap)."""
-        if self._requests is None:
-            return
         for rung, total in self.counts["requests"].items():
             delta = total - self._exported.get(rung, 0)
             if delta:
-                self._requests.inc(delta, tags={"ladder": self.ladder.name, "rung": rung})
+                self.board.answered(self.app, self.ladder, rung, delta)
                 self._exported[rung] = total
 
     def decision(self, decision: Decision) -> None:
@@ -81,22 +86,34 @@ class LadderMetrics:
         index = self.ladder.index(decision.rung) if decision.rung is not None else -1
         self.counts["current_rung"] = index
         self.counts["degraded_seconds"] = decision.degraded_s
-        if self._current is not None and self._degraded is not None:
-            self._current.set(index, tags=self._tags)
-            self._degraded.set(decision.degraded_s, tags=self._tags)
+        if self.enabled:
+            ladder_metrics.set_gauge("ladder_current_rung", index, **self._tags)
+            ladder_metrics.set_gauge("ladder_degraded_seconds", decision.degraded_s,
+                                     **self._tags)
 
     def event(self, event: TransitionEvent) -> None:
-        """Log the event's JSON line; count transitions and alerts; log alerts."""
-        log_event(event)
+        """Log and record the event (store, transition and alert metrics); count it."""
+        log_event(event, part="serve", source=self.app)
         if event.kind == "alert":
             self.counts["alerts"] += 1
-            if self._alerts is not None:
-                self._alerts.inc(1, tags=self._tags)
         elif event.direction is not None:
             self.counts["transitions"][event.direction] += 1
-            if self._transitions is not None:
-                self._transitions.inc(
-                    1, tags={"ladder": self.ladder.name, "direction": event.direction})
+
+    def attempt_failed(self, rung: str, reason: str) -> None:
+        """A request (or ping) found ``rung`` failing for ``reason``."""
+        self.board.attempt_failed(self.ladder.name, rung, reason)
+
+    def observed(self, state: RouterState, now: float | None = None) -> None:
+        """After a probe: the app's status entry (when due), gauges and replica-hours."""
+        now = time.time() if now is None else now
+        snap = state.snapshot(now)
+        rungs = snap["rungs"]
+        selectors = state.selectors_in_use()
+        self.board.observe(
+            self.app, self.ladder, selectors[0],
+            obtainable={r["name"]: r["obtainable"] for r in rungs},
+            replicas={r["name"]: r["running_replicas"] or 0 for r in rungs},
+            others=selectors[1:][-MAX_STATUS_SELECTORS:], now=now)
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-ready copy of :attr:`counts`."""
@@ -107,3 +124,4 @@ class LadderMetrics:
             "current_rung": self.counts["current_rung"],
             "degraded_seconds": round(self.counts["degraded_seconds"], 3),
         }
+

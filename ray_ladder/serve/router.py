@@ -137,6 +137,7 @@ class LadderRouter:
             logger.warning("rung %s lost: %s", rung, self._state.why_unobtainable(rung, now))
         self._caller.signal_lost(self._state.lost)
         self._metrics.decision(decision)
+        self._metrics.observed(self._state, now)  # `ray-ladder status`, gauges, replica-hours
         self._start_pings()
 
     async def _probe_loop(self) -> None:
@@ -197,6 +198,7 @@ class LadderRouter:
         if self._state.is_down(rung, now):
             return  # another request already reported it; the selectors moved then
         decision = self._state.mark_down(rung, reason, now)
+        self._metrics.attempt_failed(rung, reason)
         self._caller.signal_lost(self._state.lost)
         self._metrics.decision(decision)
         logger.warning("rung %s failed a request (%s); marked down", rung, reason)

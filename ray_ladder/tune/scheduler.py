@@ -14,11 +14,13 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from ray_ladder.cluster import ray_private
 from ray_ladder.cluster.capacity import ray_node_states
+from ray_ladder.cluster.event_log import log_event
 from ray_ladder.core.events import Direction, TransitionEvent
 from ray_ladder.core.placement import NodeState
 from ray_ladder.core.selector import Selector
 from ray_ladder.tune._state import TrialState, View
 from ray_ladder.tune.active import ACTIVE
+from ray_ladder.tune.board import publish_run
 from ray_ladder.tune.history import RungSpan, summary
 from ray_ladder.tune.trainable import LadderTrialSpec, spec_of
 
@@ -210,6 +212,7 @@ class LadderScheduler(TrialScheduler):
         now = self._clock()
         trials = self._live(tune_controller)
         self._tick(tune_controller, now, trials)
+        publish_run(self, trials, now)  # `ray-ladder status`
         for trial, state in trials:
             if state.park_on_add:
                 state.park_on_add = False
@@ -387,6 +390,7 @@ class LadderScheduler(TrialScheduler):
             state.spans[-1] = replace(state.spans[-1], end=self._wall(), ended_by=why)
 
     def _emit(self, event: TransitionEvent) -> None:
+        log_event(event, part="tune", source=event.reason.split(":", 1)[0])  # "trial <id>"
         if self.on_event is not None:
             self.on_event(event)
         else:

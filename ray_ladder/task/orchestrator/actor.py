@@ -12,6 +12,7 @@ from typing import Any
 import ray
 from ray import cloudpickle
 
+from ray_ladder.cluster.board import LadderBoard
 from ray_ladder.cluster.event_log import log_event, show_events_on_stderr
 from ray_ladder.core.events import TransitionEvent
 from ray_ladder.task.options import TaskSpec
@@ -51,6 +52,7 @@ class LadderOrchestrator:
         self._monitor: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._ports = Ports(self.nodes, self.emit, self.spawn, self._count, self.refresh_all)
+        self._board = LadderBoard("task")  # `ray-ladder status`, calls per rung, gauges
 
     # --- registration --------------------------------------------------------------------
 
@@ -115,6 +117,7 @@ class LadderOrchestrator:
             raise
         finally:
             self._record(call)
+            self._board.call_finished(task.key, task.ladder, call.rung, call.attempts)
 
     def _record(self, call: Call) -> None:
         info = self._info
@@ -179,5 +182,8 @@ class LadderOrchestrator:
             for task in list(self.tasks.values()):
                 try:
                     task.tick()
+                    self._board.observe(task.key, task.ladder, task.selector,
+                                        obtainable=task.obtainable, extra={"source": task.name},
+                                        replicas={n: len(x.batches) for n, x in task.lanes.items()})
                 except Exception:
                     logger.exception("ladder task %s: tick failed", task.name)
