@@ -117,6 +117,8 @@ class LocalCluster:
         namespace: Ray namespace for the driver.
         log_to_driver: Print the workers' logs in the driver (``ray.init``'s option); bench
             scripts turn it off so stdout carries their JSON alone.
+        include_dashboard: Run Ray's dashboard on the head (on a free 127.0.0.1 port); it
+            writes the Prometheus service-discovery file of the session.
 
     Example:
         >>> with LocalCluster({"h100": {"resources": {"ladder/h100": 1}}}) as cluster:
@@ -135,6 +137,7 @@ class LocalCluster:
         system_config: Mapping[str, Any] | None = None,
         namespace: str | None = None,
         log_to_driver: bool = True,
+        include_dashboard: bool = False,
     ) -> None:
         self.node_types = {name: NodeType.coerce(t) for name, t in node_types.items()}
         if HEAD_TYPE in self.node_types:
@@ -150,6 +153,7 @@ class LocalCluster:
         self.system_config = {**FAST_HEALTH_CHECKS, **(system_config or {})}
         self.namespace = namespace
         self.log_to_driver = log_to_driver
+        self.include_dashboard = include_dashboard
         self._cluster: Any = None
         self._nodes: list[NodeHandle] = []
         self.head: NodeHandle | None = None
@@ -194,7 +198,9 @@ class LocalCluster:
                 "resources": dict(head.resources),
                 "labels": {NODE_TYPE_LABEL: HEAD_TYPE, **head.labels},
                 "object_store_memory": head.object_store_memory,
-                "include_dashboard": False,
+                "include_dashboard": self.include_dashboard,
+                **({"dashboard_host": "127.0.0.1", "dashboard_port": free_port()}
+                   if self.include_dashboard else {}),
                 "_system_config": self.system_config,
             },
         )

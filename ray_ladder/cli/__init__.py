@@ -16,6 +16,10 @@ _COMMANDS = {
     "node-resources": "ray_ladder.cli.node_cmd:node_resources",
     "render": "ray_ladder.cli.render_cmd:render",
     "autoscale": "ray_ladder.cli.autoscale_cmd:autoscale",
+    "status": "ray_ladder.cli.status_cmd:status",
+    "events": "ray_ladder.cli.events_cmd:events",
+    "timeline": "ray_ladder.cli.timeline_cmd:timeline",
+    "grafana": "ray_ladder.cli.grafana_cmd:grafana",
 }
 
 
