@@ -44,16 +44,21 @@ def _placement_text(rung: Rung) -> str:
 
 
 def ladder_table(ladder: Ladder) -> Table:
-    """A rich table of the rungs: order, kind, placement, quality, cost, tags."""
+    """A rich table of the rungs: order, kind, placement, quality, cost, tags (and capacity)."""
     table = Table(title=f"ladder {ladder.name}")
     # In a narrow or piped terminal rich would cut cells to "eu-cloud-h1…"; keep rung names
     # whole and fold the other cells so no name, resource or tag is lost.
-    for col in ("#", "rung", "kind", "placement", "quality", "cost/h", "tags"):
+    # The capacity column appears only where a rung says how it is bought (issue 19).
+    bought = any(r.capacity is not None for r in ladder.rungs)
+    for col in ("#", "rung", "kind", "placement", "quality", "cost/h", "tags") + (
+            ("capacity",) if bought else ()):
         table.add_column(col, no_wrap=col in ("#", "rung"), overflow="fold")
     for i, r in enumerate(ladder.rungs):
         tags = ", ".join(f"{k}={v}" for k, v in r.tags.items())
+        capacity = ((r.capacity.describe() if r.capacity else "on-demand" if r.is_compute
+                     else "-"),) if bought else ()
         table.add_row(str(i), r.name, r.kind, _placement_text(r), f"{r.quality:g}",
-                      f"{r.cost_per_hour:g}", tags)
+                      f"{r.cost_per_hour:g}", tags, *capacity)
     return table
 
 

@@ -12,10 +12,11 @@ from ray_ladder.core.exceptions import ConfigIssue
 _VALID_KEYS = {
     "ladder": "schema_version, name, description, rungs, policy",
     "rungs": "name, kind, resources, num_gpus, num_cpus, accelerator_type, label_selector, "
-    "quality, cost_per_hour, tags, params, standby_replicas, cache",
+    "quality, cost_per_hour, tags, params, standby_replicas, cache, capacity",
     "policy": "promotion_hysteresis, max_degraded_seconds, probe_interval_s, "
     "pending_timeout_s, retry_after_s",
     "cache": "max_entries, ttl_s",
+    "capacity": "type, reservation, max_wait_s, max_run_s, start, end, leave_before_s",
 }
 
 _TYPE_FIXES = {
@@ -32,6 +33,9 @@ _TYPE_FIXES = {
     "starting and ending with a letter or digit",
     "too_short": "add at least one item",
     "literal_error": "use one of the allowed values",
+    "datetime_type": "use an ISO 8601 time with a zone, e.g. 2026-03-02T11:30:00Z",
+    "datetime_from_date_parsing": "use an ISO 8601 time with a zone, e.g. 2026-03-02T11:30:00Z",
+    "timezone_aware": "add a time zone: Z (UTC) or an offset such as +01:00",
 }
 
 

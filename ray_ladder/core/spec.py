@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
+from ray_ladder.core.capacity_type import RungCapacity, check_rung_capacity
 from ray_ladder.core.config_errors import issues_from_validation_error
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.exceptions import ConfigError, ConfigIssue, InvalidConstraintsError
@@ -122,6 +123,8 @@ class Rung(BaseModel):
         "(default 1 for the top rung, 0 below).",
     )
     cache: CacheSettings | None = Field(None, description="Cache bounds (cache rungs only).")
+    capacity: RungCapacity | None = Field(None, description="How its nodes are bought: "
+                                          "on-demand, spot, reservation, queued, block.")
 
     @property
     def is_compute(self) -> bool:
@@ -176,6 +179,7 @@ class Rung(BaseModel):
         if self.standby_replicas is not None and self.kind != "compute":
             raise _rule("standby_replicas", "only compute rungs have replicas, not a {value} rung",
                         self.kind, "remove standby_replicas")
+        check_rung_capacity(self.kind, self.tags, self.capacity)
         for key, amount in self.resources.items():
             if amount <= 0:
                 raise _rule(f"resources.{key}", "resource amounts must be > 0, got {value}",
