@@ -1,4 +1,8 @@
-"""Steady HTTP load on loopback, bounded in count and time, and a poller of the ladder state."""
+"""Steady HTTP load on loopback, bounded in count and time, and a poller of the ladder state.
+
+:class:`BackgroundLoad` is the part every demo story shares (the sender thread, the clock,
+the record log, the ladder poller); :class:`LoadGenerator` is the digits story's sender.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,12 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import httpx
+
+R = TypeVar("R")
+_L = TypeVar("_L", bound="BackgroundLoad[Any]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +148,115 @@ def _events_of(state: dict[str, Any]) -> list[dict[str, Any]]:
     return []
 
 
-class LoadGenerator:
+class BackgroundLoad(Generic[R]):
+    """Traffic sent from a background thread, logged as records of type ``R``.
+
+    The generic half of every demo's load: the sender thread and its asyncio loop, the
+    demo clock, the append-only record log, a bounded stop, and a poller of
+    ``GET /-/ladder`` into a :class:`LadderWatch`. A subclass sends in :meth:`_send`.
+
+    Args:
+        url: Base URL of the Serve app, e.g. ``http://127.0.0.1:8123``.
+        duration_s: Stop sending after this many seconds.
+        timeout_s: Per-request timeout.
+        max_connections: HTTP connections kept open at once.
+        watch_interval_s: Seconds between ``GET /-/ladder`` polls (``None``: no polling).
+        t0: The demo's start on ``clock`` (default: now).
+        clock: Monotonic clock.
+        transport: An httpx transport (tests pass ``httpx.MockTransport``).
+    """
+
+    def __init__(self, url: str, *, duration_s: float, timeout_s: float,
+                 max_connections: int = 64, watch_interval_s: float | None = 0.5,
+                 t0: float | None = None, clock: Callable[[], float] = time.monotonic,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        if duration_s <= 0:
+            raise ValueError(f"duration_s ({duration_s}) must be > 0")
+        self.url = url.rstrip("/")
+        self.duration_s = duration_s
+        self.timeout_s = timeout_s
+        self.max_connections = max_connections
+        self.watch_interval_s = watch_interval_s
+        self.clock = clock
+        self.transport = transport
+        self.t0 = clock() if t0 is None else t0
+        self.watch = LadderWatch()
+        self._records: list[R] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.crash: BaseException | None = None
+
+    def now(self) -> float:
+        """Seconds since ``t0``."""
+        return self.clock() - self.t0
+
+    def records(self) -> list[R]:
+        """A snapshot of the records so far, in the order they were logged."""
+        return list(self._records)
+
+    @property
+    def running(self) -> bool:
+        """True while the sender thread is alive."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self: _L) -> _L:
+        """Start sending in a daemon thread."""
+        if self._thread is not None:
+            raise RuntimeError(f"{type(self).__name__} already started")
+        self._thread = threading.Thread(target=self._main, name="ladder-demo-load", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float | None = None) -> bool:
+        """Stop sending, let outstanding requests finish (bounded); True if the thread ended."""
+        self._stop.set()
+        if self._thread is None:
+            return True
+        self._thread.join(self.timeout_s + 2.0 if timeout_s is None else timeout_s)
+        return not self._thread.is_alive()
+
+    # --- the sender thread -----------------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(self._run())
+        except BaseException as err:  # surfaced by the demo, which then fails loudly
+            self.crash = err
+
+    async def _run(self) -> None:
+        limits = httpx.Limits(max_connections=self.max_connections,
+                              max_keepalive_connections=self.max_connections)
+        # trust_env=False: a proxy from the environment must never see loopback traffic.
+        async with httpx.AsyncClient(base_url=self.url, timeout=self.timeout_s, limits=limits,
+                                     trust_env=False, transport=self.transport) as client:
+            watcher = (asyncio.create_task(self._watch(client))
+                       if self.watch_interval_s else None)
+            try:
+                await self._send(client)
+            finally:
+                if watcher is not None:
+                    watcher.cancel()
+                    await asyncio.gather(watcher, return_exceptions=True)
+
+    async def _send(self, client: httpx.AsyncClient) -> None:
+        """Send the traffic until done or stopped (``self._stop``); log into ``_records``."""
+        raise NotImplementedError
+
+    async def _watch(self, client: httpx.AsyncClient) -> None:
+        assert self.watch_interval_s is not None
+        while not self._stop.is_set():
+            try:
+                resp = await client.get("/-/ladder", timeout=2.0)
+                if resp.status_code == 200:
+                    self.watch.ingest(resp.json(), self.now())
+                else:
+                    self.watch.errors += 1
+            except (httpx.HTTPError, ValueError):
+                self.watch.errors += 1
+            await asyncio.sleep(self.watch_interval_s)
+
+
+class LoadGenerator(BackgroundLoad[RequestRecord]):
     """Sends ``POST /`` at a steady rate from a background thread and records every answer.
 
     Open loop: request ``i`` leaves at ``start + i / rate_hz`` (later only when
@@ -178,90 +293,34 @@ class LoadGenerator:
             raise ValueError("samples must not be empty")
         if rate_hz <= 0 or duration_s <= 0:
             raise ValueError(f"rate_hz ({rate_hz}) and duration_s ({duration_s}) must be > 0")
-        self.url = url.rstrip("/")
+        super().__init__(url, duration_s=duration_s, timeout_s=timeout_s,
+                         max_connections=max_in_flight, watch_interval_s=watch_interval_s,
+                         t0=t0, clock=clock, transport=transport)
         self.samples = list(samples)
         self.rate_hz = rate_hz
-        self.duration_s = duration_s
         self.max_requests = (max_requests if max_requests is not None
                              else math.ceil(rate_hz * duration_s))
-        self.timeout_s = timeout_s
         self.max_in_flight = max_in_flight
-        self.watch_interval_s = watch_interval_s
-        self.clock = clock
-        self.transport = transport
-        self.t0 = clock() if t0 is None else t0
-        self.watch = LadderWatch()
-        self._records: list[RequestRecord] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.crash: BaseException | None = None
 
-    def now(self) -> float:
-        """Seconds since ``t0``."""
-        return self.clock() - self.t0
-
-    def records(self) -> list[RequestRecord]:
-        """A snapshot of the answers so far, in completion order."""
-        return list(self._records)
-
-    @property
-    def running(self) -> bool:
-        """True while the sender thread is alive."""
-        return self._thread is not None and self._thread.is_alive()
-
-    def start(self) -> LoadGenerator:
-        """Start sending in a daemon thread."""
-        if self._thread is not None:
-            raise RuntimeError("LoadGenerator already started")
-        self._thread = threading.Thread(target=self._main, name="ladder-demo-load", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout_s: float | None = None) -> bool:
-        """Stop sending, let outstanding requests finish (bounded); True if the thread ended."""
-        self._stop.set()
-        if self._thread is None:
-            return True
-        self._thread.join(self.timeout_s + 2.0 if timeout_s is None else timeout_s)
-        return not self._thread.is_alive()
-
-    # --- the sender thread -----------------------------------------------------------------
-
-    def _main(self) -> None:
-        try:
-            asyncio.run(self._run())
-        except BaseException as err:  # surfaced by the demo, which then fails loudly
-            self.crash = err
-
-    async def _run(self) -> None:
-        limits = httpx.Limits(max_connections=self.max_in_flight,
-                              max_keepalive_connections=self.max_in_flight)
-        # trust_env=False: a proxy from the environment must never see loopback traffic.
-        async with httpx.AsyncClient(base_url=self.url, timeout=self.timeout_s, limits=limits,
-                                     trust_env=False, transport=self.transport) as client:
-            watcher = (asyncio.create_task(self._watch(client))
-                       if self.watch_interval_s else None)
-            gate = asyncio.Semaphore(self.max_in_flight)
-            tasks: set[asyncio.Task[None]] = set()
-            start = self.clock()
-            for i in range(self.max_requests):
-                due = start + i / self.rate_hz
-                while not self._stop.is_set() and self.clock() < due:
-                    await asyncio.sleep(min(0.05, max(0.0, due - self.clock())))
-                if self._stop.is_set() or self.clock() - start >= self.duration_s:
-                    break
-                await gate.acquire()
-                task = asyncio.create_task(self._one(client, self.samples[i % len(self.samples)]))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-                task.add_done_callback(lambda _: gate.release())
-            if tasks:
-                await asyncio.wait(list(tasks), timeout=self.timeout_s + 1.0)
-            for task in tasks:
-                task.cancel()
-            if watcher is not None:
-                watcher.cancel()
-                await asyncio.gather(watcher, return_exceptions=True)
+    async def _send(self, client: httpx.AsyncClient) -> None:
+        gate = asyncio.Semaphore(self.max_in_flight)
+        tasks: set[asyncio.Task[None]] = set()
+        start = self.clock()
+        for i in range(self.max_requests):
+            due = start + i / self.rate_hz
+            while not self._stop.is_set() and self.clock() < due:
+                await asyncio.sleep(min(0.05, max(0.0, due - self.clock())))
+            if self._stop.is_set() or self.clock() - start >= self.duration_s:
+                break
+            await gate.acquire()
+            task = asyncio.create_task(self._one(client, self.samples[i % len(self.samples)]))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            task.add_done_callback(lambda _: gate.release())
+        if tasks:
+            await asyncio.wait(list(tasks), timeout=self.timeout_s + 1.0)
+        for task in tasks:
+            task.cancel()
 
     async def _one(self, client: httpx.AsyncClient, sample: tuple[list[float], int]) -> None:
         pixels, label = sample
@@ -275,19 +334,6 @@ class LoadGenerator:
             return
         self._records.append(parse_response(t, self.clock() - sent, label, resp.status_code,
                                             resp.headers, resp.content))
-
-    async def _watch(self, client: httpx.AsyncClient) -> None:
-        assert self.watch_interval_s is not None
-        while not self._stop.is_set():
-            try:
-                resp = await client.get("/-/ladder", timeout=2.0)
-                if resp.status_code == 200:
-                    self.watch.ingest(resp.json(), self.now())
-                else:
-                    self.watch.errors += 1
-            except (httpx.HTTPError, ValueError):
-                self.watch.errors += 1
-            await asyncio.sleep(self.watch_interval_s)
 
 
 def probe(url: str, pixels: list[float], timeout_s: float = 5.0) -> tuple[int, str | None]:

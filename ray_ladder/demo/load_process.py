@@ -7,19 +7,20 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ray_ladder.demo.load import LadderWatch, LoadGenerator, RequestRecord
+from ray_ladder.demo.load import BackgroundLoad, LadderWatch, LoadGenerator
 
 _FLUSH_S = 0.2
 
 
-def _child(url: str, samples: list[tuple[list[float], int]], options: dict[str, Any],
-           out: Any, stop: Any) -> None:
-    """Run a :class:`LoadGenerator` here; stream its records and ladder state to ``out``."""
+def _child(url: str, samples: list[Any], options: dict[str, Any], out: Any, stop: Any,
+           generator: Callable[..., BackgroundLoad[Any]] = LoadGenerator) -> None:
+    """Run ``generator(url, samples, **options)`` here; stream its records and ladder state
+    to ``out``."""
     parent = os.getppid()
-    gen = LoadGenerator(url, samples, **options)
+    gen = generator(url, samples, **options)
     out.put(("ready", gen.t0))
     gen.start()
     sent = 0
@@ -46,7 +47,8 @@ def _child(url: str, samples: list[tuple[list[float], int]], options: dict[str, 
 
 
 class LoadProcess:
-    """A :class:`LoadGenerator` run in a spawned child process, read like the local one.
+    """A load generator (:class:`LoadGenerator` by default) run in a spawned child process,
+    read like the local one.
 
     The driver also starts and kills Ray nodes, which holds its GIL for a second or more
     at a time; a load generator in that process would send late and read answers late,
@@ -55,8 +57,10 @@ class LoadProcess:
 
     Args:
         url: Base URL of the Serve app.
-        samples: ``(pixels, label)`` pairs.
-        **options: :class:`LoadGenerator` keyword options (``rate_hz``, ``duration_s``...).
+        samples: What the generator sends (``(pixels, label)`` pairs for the digits).
+        generator: The :class:`~ray_ladder.demo.load.BackgroundLoad` class to run (an
+            importable, picklable name: the child is a fresh interpreter).
+        **options: Its keyword options (``rate_hz``, ``duration_s``...).
 
     Example:
         >>> gen = LoadProcess("http://127.0.0.1:8123", samples, rate_hz=20).start()
@@ -64,15 +68,17 @@ class LoadProcess:
         >>> gen.stop(); len(gen.records())  # doctest: +SKIP
     """
 
-    def __init__(self, url: str, samples: Sequence[tuple[list[float], int]],
+    def __init__(self, url: str, samples: Sequence[Any], *,
+                 generator: Callable[..., BackgroundLoad[Any]] = LoadGenerator,
                  **options: Any) -> None:
         self.url = url
         self.samples = list(samples)
+        self.generator = generator
         self.options = options
         self.watch = LadderWatch()
         self.crash: str | None = None
         self.t0 = time.monotonic()
-        self._records: list[RequestRecord] = []
+        self._records: list[Any] = []
         self._done = threading.Event()
         self._proc: Any = None
         self._stop: Any = None
@@ -83,8 +89,8 @@ class LoadProcess:
         """Seconds since the child's ``t0`` (the machine-wide monotonic clock)."""
         return time.monotonic() - self.t0
 
-    def records(self) -> list[RequestRecord]:
-        """A snapshot of the answers received so far."""
+    def records(self) -> list[Any]:
+        """A snapshot of the records received so far."""
         return list(self._records)
 
     @property
@@ -99,7 +105,7 @@ class LoadProcess:
         self._stop = ctx.Event()
         self._proc = ctx.Process(target=_child, name="ladder-demo-load", daemon=True,
                                  args=(self.url, self.samples, self.options, self._queue,
-                                       self._stop))
+                                       self._stop, self.generator))
         self._proc.start()
         deadline = time.monotonic() + timeout_s
         while True:

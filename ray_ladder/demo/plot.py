@@ -64,14 +64,30 @@ def plot_timeline(records: Sequence[RequestRecord], story: Sequence[StoryEvent],
     if records:
         bottom.set_xlim(min(0.0, min(r.t for r in records)) - 1,
                         max(r.t + r.latency_s for r in records) + 1)
-    for ax in (top, bottom):
+    mark_story((top, bottom), story, label_y=-0.5)
+    return save_figure(fig, path)
+
+
+def mark_story(axes: Sequence[Any], story: Sequence[StoryEvent], label_y: float) -> None:
+    """Grid every axis; a red dashed line at each preemption, green at each return, across
+    all ``axes``; the steps' labels at ``label_y`` on the first."""
+    for ax in axes:
         ax.grid(True, alpha=0.3)
         for e in story:
-            color = "#d62728" if e.action == "kill" else "#2ca02c"
-            ax.axvline(e.t, color=color, linestyle="--", linewidth=1.2)
+            ax.axvline(e.t, color=_story_color(e), linestyle="--", linewidth=1.2)
     for e in story:
-        top.annotate(e.label, xy=(e.t, -0.5), xytext=(3, -2), textcoords="offset points",
-                     fontsize=8, va="top", color="#d62728" if e.action == "kill" else "#2ca02c")
+        axes[0].annotate(e.label, xy=(e.t, label_y), xytext=(3, -2), textcoords="offset points",
+                         fontsize=8, va="top", color=_story_color(e))
+
+
+def _story_color(event: StoryEvent) -> str:
+    return "#d62728" if event.action == "kill" else "#2ca02c"
+
+
+def save_figure(fig: Any, path: Path) -> Path:
+    """Lay ``fig`` out, write it as a PNG at ``path`` (creating the folder), close it."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -258,13 +258,16 @@ def live_view(records: Sequence[RequestRecord], *, now: float, ladder: Sequence[
         f"   degraded: {degraded:.1f} s" if isinstance(degraded, (int, float)) else "",
         f"   sent: {len(records)}   shed (503): {shed}   ",
         (f"failed: {failed}", "bold red" if failed else "green"))
-    lines: list[RenderableType] = [table, status]
-    for e in story:
-        lines.append(Text(f"  t={e.t:5.1f}s  {e.label}" + (f"  ({e.error})" if e.error else ""),
-                          style="yellow"))
+    return Group(table, status, *story_lines(story, next_step))
+
+
+def story_lines(story: Sequence[StoryEvent], next_step: str = "") -> list[Text]:
+    """The live view's last lines: each story step so far, then the next one."""
+    lines = [Text(f"  t={e.t:5.1f}s  {e.label}" + (f"  ({e.error})" if e.error else ""),
+                  style="yellow") for e in story]
     if next_step:
         lines.append(Text(f"  next: {next_step}", style="dim"))
-    return Group(*lines)
+    return lines
 
 
 def _router_sees(rung: Mapping[str, Any] | None) -> Text:
