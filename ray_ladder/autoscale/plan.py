@@ -9,13 +9,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ray_ladder.core.capacity_type import CapacitySpec, gate, usable_at
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.events import EventKind, TransitionEvent
 from ray_ladder.core.placement import demand
 from ray_ladder.core.selector import Decision, Selector
 from ray_ladder.core.spec import Ladder
 
-Status = Literal["idle", "requested", "probing", "stocked_out", "up"]
+Status = Literal["idle", "requested", "queued", "probing", "stocked_out", "up"]
+_ASKED = ("requested", "queued", "probing")
 Role = Literal["serving", "warming", "draining", "released", "none"]
 MAX_EVENTS = 50
 
@@ -99,6 +101,9 @@ class RungState:
     next_retry: float | None = None
     requested_since: float | None = None
     keep_until: float | None = None
+    capacity: str = "on-demand"
+    queued_since: float | None = None
+    window: list[float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -150,6 +155,12 @@ class AutoscalePlanner:
     * Better rungs whose node joined are kept (*warming*); once serving moved above a
       rung it is *draining* for ``drain_s``, then its request is *released* so Ray's idle
       timeout returns the node.
+    * A *queued* rung (``capacity.type: flex-start``) is requested early, whenever it is
+      above the serving rung, and the target moves on below it: its request stands through
+      refusals (no backoff) for up to ``capacity.max_wait_s``, while lower rungs serve.
+    * A *capacity block* is asked for, and obtainable, only inside its window
+      (:func:`~ray_ladder.core.capacity_type.gate`): the selector falls from it when the
+      window closes, ``leave_before_s`` before the block ends.
 
     Example:
         >>> planner = AutoscalePlanner(ladder, AutoscaleOptions())  # doctest: +SKIP
@@ -170,9 +181,14 @@ class AutoscalePlanner:
         self.selector = Selector(ladder, constraints, on_event=self._on_transition,
                                  promotion_hysteresis=self.options.promotion_hysteresis)
         self.rungs: dict[str, RungState] = {
-            r.name: RungState(r.name, list(self.options.node_types.get(r.name, [r.name])))
+            r.name: RungState(r.name, list(self.options.node_types.get(r.name, [r.name])),
+                              capacity=r.capacity.type if r.capacity else "on-demand",
+                              window=list(w) if r.capacity and (w := r.capacity.window())
+                              else None)
             for r in ladder.eligible(constraints) if r.is_compute
         }
+        self._capacity: dict[str, CapacitySpec] = {
+            n: ladder.rung(n).capacity or CapacitySpec() for n in self.rungs}
         self._memory = _Memory()
         self.serving: str | None = None
         self.target: str | None = None
@@ -195,18 +211,31 @@ class AutoscalePlanner:
         self._take_failures(failures, now)
         for st in self.rungs.values():
             self._observe_nodes(st, int(present.get(st.name, 0)), now)
-            if st.status in ("requested", "probing") and st.requested_since is not None \
-                    and now - st.requested_since >= self.options.provision_timeout_s:
-                self._stockout(st, now, f"no node within provision_timeout_s "
-                                        f"({self.options.provision_timeout_s:g} s)")
+            queued = self._capacity[st.name].queued
+            timeout, what = ((self._capacity[st.name].wait_s, "capacity.max_wait_s") if queued
+                             else (self.options.provision_timeout_s, "provision_timeout_s"))
+            if st.status in _ASKED and st.requested_since is not None \
+                    and now - st.requested_since >= timeout:
+                self._stockout(st, now, f"no node within {what} ({timeout:g} s)")
             if st.status == "stocked_out" and st.next_retry is not None \
                     and now >= st.next_retry:
-                st.status, st.requested_since = "probing", now
-                self._event(now, "probe", st.name, f"retry #{st.failures} after backoff")
-        decision = self.selector.observe({n: s.nodes > 0 for n, s in self.rungs.items()}, now)
+                st.status, st.requested_since = ("queued" if queued else "probing"), now
+                st.queued_since = now if queued else None
+                self._event(now, "probe", st.name, f"retry #{st.failures} after backoff"
+                            + (" (queued again)" if queued else ""))
+        obtainable = gate(self.ladder.rungs, {n: s.nodes > 0 for n, s in self.rungs.items()},
+                          now)
+        decision = self.selector.observe(obtainable, now)
         self.serving = decision.rung
+        # The target is the best rung to ask for and wait on: a queued rung is asked for
+        # early but never waited on; a capacity block only inside its window, and not in its
+        # last provision_timeout_s, so the rung below has a node when the window closes.
+        lead = self.options.provision_timeout_s
         self.target = next((n for n, s in self.rungs.items() if s.status != "stocked_out"
-                            and (s.node_types or s.nodes > 0)), None)
+                            and (s.node_types or s.nodes > 0)
+                            and usable_at(self._capacity[n], now)
+                            and not (s.window and now >= s.window[1] - lead)
+                            and not (self._capacity[n].queued and s.status != "up")), None)
         bundles, selectors = self._request(now)
         return Plan(now, self.serving, self.target, bundles, selectors, list(self._events),
                     decision)
@@ -223,10 +252,24 @@ class AutoscalePlanner:
             seen[f.node_type] = f.time
             for st in by_type.get(f.node_type, []):
                 # v1 records whole seconds: an attempt in the second of the request counts.
-                if st.status in ("requested", "probing") and st.requested_since is not None \
+                if st.status in _ASKED and st.requested_since is not None \
                         and f.time >= math.floor(st.requested_since):
                     reason = f"{f.category}: {f.description}" if f.category else f.description
-                    self._stockout(st, now, reason or "launch failed", when=f.time)
+                    if st.status == "queued":
+                        self._refused_while_queued(st, now, reason or "launch failed", f.time)
+                    else:
+                        self._stockout(st, now, reason or "launch failed", when=f.time)
+
+    def _refused_while_queued(self, st: RungState, now: float, reason: str,
+                              when: float) -> None:
+        """A refusal of a queued rung: counted and shown, and the request stays standing."""
+        first = st.last_stockout is None or st.queued_since is None \
+            or st.last_stockout < math.floor(st.queued_since)
+        st.failures += 1
+        st.last_stockout, st.last_stockout_reason = when, reason
+        if first:  # one event per queueing, not one per autoscaler retry
+            self._event(now, "stockout", st.name, f"{reason} (queued: the request stands "
+                        "while lower rungs serve)")
 
     def _observe_nodes(self, st: RungState, nodes: int, now: float) -> None:
         st.nodes = nodes
@@ -234,20 +277,23 @@ class AutoscalePlanner:
             if st.status != "idle":
                 self._event(now, "node-joined", st.name, f"{nodes} placement(s) now hosted")
             st.status, st.failures, st.next_retry, st.requested_since = "up", 0, None, None
+            st.queued_since = None
         elif nodes == 0 and st.status == "up":
             st.status = "idle"
             self._event(now, "node-lost", st.name, "no alive node hosts it any more")
 
     def _stockout(self, st: RungState, now: float, reason: str,
                   when: float | None = None) -> None:
-        if st.status not in ("requested", "probing"):
+        if st.status not in _ASKED:
             return
+        # A queue that timed out waited already: it is queued again after the first backoff.
+        delay = self.options.retry_delay_s(1 if st.status == "queued" else st.failures + 1)
         st.failures += 1
         st.status = "stocked_out"
         st.last_stockout = now if when is None else when
         st.last_stockout_reason = reason
-        st.next_retry = now + self.options.retry_delay_s(st.failures)
-        st.requested_since = None
+        st.next_retry = now + delay
+        st.requested_since = st.queued_since = None
         self._event(now, "stockout", st.name, reason)
 
     def _request(self, now: float) -> tuple[list[dict[str, float]], list[dict[str, str]]]:
@@ -256,8 +302,12 @@ class AutoscalePlanner:
         bundles: list[dict[str, float]] = []
         selectors: list[dict[str, str]] = []
         for i, (name, st) in enumerate(self.rungs.items()):
-            warming = st.status == "up" and i < serving_idx
-            needed = (name == self.target or name == self.serving or warming
+            cap = self._capacity[name]
+            usable = usable_at(cap, now)
+            warming = st.status == "up" and i < serving_idx and usable
+            # Queued capacity is asked for early: whenever it is better than what serves.
+            early = cap.queued and usable and i < serving_idx and st.status != "stocked_out"
+            needed = (name == self.target or name == self.serving or warming or early
                       or st.status == "probing") and bool(st.node_types) \
                 and name not in self._on_head
             if needed or st.status != "up":
@@ -266,14 +316,18 @@ class AutoscalePlanner:
                 st.keep_until = now + self.options.drain_s  # drain from the first step unneeded
             keep = needed or (st.keep_until is not None and now < st.keep_until)
             if keep and st.status == "idle":
-                st.status, st.requested_since = "requested", now
-                self._event(now, "requested", name, "asking the autoscaler for its node")
+                st.status, st.requested_since = ("queued" if cap.queued else "requested"), now
+                st.queued_since = now if cap.queued else None
+                self._event(now, "requested", name, f"queued for {cap.type} capacity (up to "
+                            f"{cap.wait_s:g} s); lower rungs serve meanwhile" if cap.queued
+                            else "asking the autoscaler for its node")
             if not keep:
                 if st.target_bundles and st.status == "up":
-                    self._event(now, "released", name,
-                                "request released; Ray's idle timeout returns the node")
-                if st.status == "requested":
-                    st.status, st.requested_since = "idle", None
+                    self._event(now, "released", name, (
+                        "capacity block window closed" if not usable else "request released")
+                        + "; Ray's idle timeout returns the node")
+                if st.status in ("requested", "queued"):
+                    st.status, st.requested_since, st.queued_since = "idle", None, None
                 st.keep_until = None
             st.role = ("serving" if name == self.serving else "warming" if warming
                        else ("draining" if keep else "released") if st.status == "up"
@@ -312,7 +366,7 @@ class AutoscalePlanner:
             if st is None:
                 continue
             for key in ("status", "failures", "last_stockout", "last_stockout_reason",
-                        "next_retry", "requested_since", "keep_until"):
+                        "next_retry", "requested_since", "keep_until", "queued_since"):
                 if key in saved:
                     setattr(st, key, saved[key])
             # Node presence is re-observed; a rung that was up is re-requested if needed.

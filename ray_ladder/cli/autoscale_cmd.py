@@ -42,6 +42,24 @@ def _ago(t: float | None, now: float) -> str:
     return f"{d:.0f} s ago" if d >= 0 else f"in {-d:.0f} s"
 
 
+def status_text(rung: dict[str, Any], now: float) -> str:
+    """A rung's status cell: ``queued since 2 min ago`` for queued capacity (issue 19).
+
+    Example:
+        >>> status_text({"status": "queued", "queued_since": 880.0}, now=1000.0)
+        'queued since 120 s ago'
+    """
+    if rung["status"] == "queued" and rung.get("queued_since") is not None:
+        return f"queued since {_ago(rung['queued_since'], now)}"
+    window = rung.get("window")
+    if window and rung["status"] in ("idle", "up"):
+        opens, closes = window
+        note = f"window opens {_ago(opens, now)}" if now < opens else \
+            f"window closes {_ago(closes, now)}" if now < closes else "window closed"
+        return f"{rung['status']} ({note})"
+    return str(rung["status"])
+
+
 def status_table(name: str, state: dict[str, Any], now: float) -> Table:
     """A rich table of one hook's state (one row per rung)."""
     age = now - float(state.get("time", now))
@@ -55,7 +73,8 @@ def status_table(name: str, state: dict[str, Any], now: float) -> Table:
                 "last stock-out", "reason", "next retry"):
         table.add_column(col, no_wrap=col != "reason", overflow="fold")
     for rung, r in state.get("rungs", {}).items():
-        table.add_row(rung, r["status"], r["role"], str(r["nodes"]), str(r["target_bundles"]),
+        table.add_row(rung, status_text(r, now), r["role"], str(r["nodes"]),
+                      str(r["target_bundles"]),
                       str(r["failures"]), _ago(r.get("last_stockout"), now),
                       r.get("last_stockout_reason") or "-",
                       _ago(r.get("next_retry"), now) if r["status"] == "stocked_out" else "-")

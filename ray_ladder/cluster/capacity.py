@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ray_ladder.core.capacity_type import WINDOW_CLOSED_REASON, gate
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.placement import NodeState, RungCapacity, held_back, ladder_capacity
 from ray_ladder.core.spec import Ladder
@@ -142,11 +143,15 @@ class CapacityView:
         rungs = ladder_capacity(self.ladder, self._source(),
                                 require_available=self.require_available)
         obtainable = {name: c.obtainable for name, c in rungs.items()}
-        held: dict[str, str] = {}
+        # A capacity block serves only inside its window (wall clock: the window is dated).
+        gated = gate(self.ladder.rungs, obtainable, self._wall_clock())
+        held: dict[str, str] = {n: WINDOW_CLOSED_REASON for n in obtainable
+                                if obtainable[n] and not gated[n]}
+        obtainable = gated
         if self._hook_source is not None:
             roles = self._hook_source(self.ladder.name)
             if roles is not None:
-                held = self._hold_released(roles, obtainable)
+                held.update(self._hold_released(roles, obtainable))
         snap = CapacitySnapshot(self._clock(), rungs, obtainable, held)
         self._snapshot = snap
         return snap

@@ -17,6 +17,8 @@ DEFAULT_MAX_WAIT_S = 7200.0
 MAX_RUN_S = 604800.0
 #: EC2 warns 40 min before a Capacity Block ends and starts terminating 10 min later.
 DEFAULT_LEAVE_BEFORE_S = 2400.0
+#: Why a capacity view counts a block with nodes as unobtainable.
+WINDOW_CLOSED_REASON = "outside its capacity block window"
 _WINDOW_KEYS = ("start", "end", "leave_before_s")
 _FLEX_KEYS = ("max_wait_s", "max_run_s")
 
@@ -26,7 +28,7 @@ def _rule(path: str, message: str, value: object, fix: str) -> PydanticCustomErr
     return PydanticCustomError("ladder_rule", message, {"path": path, "value": value, "fix": fix})
 
 
-class RungCapacity(BaseModel):
+class CapacitySpec(BaseModel):
     """How a rung's nodes are bought: on demand, spot, from a reservation, queued, or a block.
 
     ``flex-start`` is *queued* capacity (GCP Dynamic Workload Scheduler): requested early,
@@ -35,9 +37,9 @@ class RungCapacity(BaseModel):
     reservations): usable from ``start`` until ``leave_before_s`` before ``end``.
 
     Example:
-        >>> RungCapacity(type="flex-start", max_wait_s=3600).describe()
+        >>> CapacitySpec(type="flex-start", max_wait_s=3600).describe()
         'flex-start (max wait 1h)'
-        >>> RungCapacity(type="reservation", reservation={"aws": "cr-0abc"}).reservation_for("aws")
+        >>> CapacitySpec(type="reservation", reservation={"aws": "cr-0abc"}).reservation_for("aws")
         'cr-0abc'
     """
 
@@ -75,7 +77,7 @@ class RungCapacity(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _check_type_fields(self) -> RungCapacity:
+    def _check_type_fields(self) -> CapacitySpec:
         kind = self.type
         needs_reservation = kind in ("reservation", "capacity-block")
         if needs_reservation and not self.reservation:
@@ -147,7 +149,7 @@ class RungCapacity(BaseModel):
         """``(opens, closes)`` in unix seconds for a capacity block (closes = end - leave).
 
         Example:
-            >>> RungCapacity(type="capacity-block", reservation="cr-1", leave_before_s=0,
+            >>> CapacitySpec(type="capacity-block", reservation="cr-1", leave_before_s=0,
             ...              start="1970-01-01T00:01:00Z", end="1970-01-01T00:02:00Z").window()
             (60.0, 120.0)
         """
@@ -195,7 +197,7 @@ def _span(seconds: float) -> str:
 
 
 def check_rung_capacity(kind: str, tags: Mapping[str, str],
-                        capacity: RungCapacity | None) -> None:
+                        capacity: CapacitySpec | None) -> None:
     """The rung-level rules of ``capacity``: compute rungs only, and ``tags.spot`` agrees.
 
     Raises:
@@ -219,16 +221,16 @@ class _HasCapacity(Protocol):
     def name(self) -> str: ...
 
     @property
-    def capacity(self) -> RungCapacity | None: ...
+    def capacity(self) -> CapacitySpec | None: ...
 
 
-def usable_at(capacity: RungCapacity | None, now: float) -> bool:
+def usable_at(capacity: CapacitySpec | None, now: float) -> bool:
     """Whether capacity of this type may serve at unix time ``now``.
 
     Always, except a capacity block outside ``[start, end - leave_before_s)``.
 
     Example:
-        >>> block = RungCapacity(type="capacity-block", reservation="cr-1", leave_before_s=30,
+        >>> block = CapacitySpec(type="capacity-block", reservation="cr-1", leave_before_s=30,
         ...                      start="1970-01-01T00:01:00Z", end="1970-01-01T00:02:00Z")
         >>> [usable_at(block, t) for t in (59, 60, 89, 90)]
         [False, True, True, False]

@@ -10,7 +10,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
-from ray_ladder.core.capacity_type import RungCapacity, check_rung_capacity
+from ray_ladder.core.capacity_type import CapacitySpec, check_rung_capacity
 from ray_ladder.core.config_errors import issues_from_validation_error
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.exceptions import ConfigError, ConfigIssue, InvalidConstraintsError
@@ -123,7 +123,7 @@ class Rung(BaseModel):
         "(default 1 for the top rung, 0 below).",
     )
     cache: CacheSettings | None = Field(None, description="Cache bounds (cache rungs only).")
-    capacity: RungCapacity | None = Field(None, description="How its nodes are bought: "
+    capacity: CapacitySpec | None = Field(None, description="How its nodes are bought: "
                                           "on-demand, spot, reservation, queued, block.")
 
     @property

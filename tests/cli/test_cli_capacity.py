@@ -45,3 +45,23 @@ def test_validate_names_the_capacity_field_and_the_fix() -> None:
     assert "rungs[0] (h100).capacity.reservation: a reservation rung names the reservation " \
            "it launches into" in result.stderr
     assert "Fix: add reservation: NAME" in result.stderr
+
+
+def test_autoscale_status_says_queued_since_and_the_block_window() -> None:
+    from ray_ladder.cli.autoscale_cmd import status_table, status_text
+
+    assert status_text({"status": "queued", "queued_since": 880.0}, 1000.0) == \
+        "queued since 120 s ago"
+    assert status_text({"status": "idle", "window": [2000.0, 3000.0]}, 1000.0) == \
+        "idle (window opens in 1000 s)"
+    assert status_text({"status": "up", "window": [0.0, 3000.0]}, 1000.0) == \
+        "up (window closes in 2000 s)"
+    assert status_text({"status": "stocked_out"}, 1000.0) == "stocked_out"
+    rung = {"status": "queued", "queued_since": 990.0, "role": "none", "nodes": 0,
+            "target_bundles": 1, "failures": 3, "last_stockout": 999.0,
+            "last_stockout_reason": "InsufficientInstanceCapacity: none", "next_retry": None}
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(status_table("q", {"time": 1000.0, "rungs": {"h100-flex": rung}}, 1000.0))
+    assert "queued since 10 s ago" in console.export_text()

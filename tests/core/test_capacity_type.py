@@ -10,7 +10,7 @@ from ray_ladder import ConfigError, Constraints, Ladder, Selector, load_ladder
 from ray_ladder.core.capacity_type import (
     DEFAULT_LEAVE_BEFORE_S,
     DEFAULT_MAX_WAIT_S,
-    RungCapacity,
+    CapacitySpec,
     gate,
     usable_at,
 )
@@ -115,7 +115,7 @@ def test_describe_is_what_show_prints() -> None:
 
 # --- the window as obtainability ---------------------------------------------------------
 
-BLOCK = RungCapacity(type="capacity-block", reservation="cr-1", leave_before_s=100,
+BLOCK = CapacitySpec(type="capacity-block", reservation="cr-1", leave_before_s=100,
                      start="1970-01-01T01:00:00Z", end="1970-01-01T02:00:00Z")
 
 
@@ -125,10 +125,10 @@ def test_a_block_is_usable_from_start_until_leave_before_the_end(now: float, usa
     assert usable_at(BLOCK, now) is usable
 
 
-@pytest.mark.parametrize("cap", [None, RungCapacity(), RungCapacity(type="spot"),
-                                 RungCapacity(type="flex-start"),
-                                 RungCapacity(type="reservation", reservation="r")])
-def test_other_types_are_usable_at_any_time(cap: RungCapacity | None) -> None:
+@pytest.mark.parametrize("cap", [None, CapacitySpec(), CapacitySpec(type="spot"),
+                                 CapacitySpec(type="flex-start"),
+                                 CapacitySpec(type="reservation", reservation="r")])
+def test_other_types_are_usable_at_any_time(cap: CapacitySpec | None) -> None:
     assert usable_at(cap, 0.0) and usable_at(cap, 1e10)
 
 
