@@ -1,4 +1,9 @@
-"""``python -m ray_ladder.demo``: the ladder story on an embedded LocalCluster, end to end."""
+"""``python -m ray_ladder.demo``: the ladder story on an embedded LocalCluster, end to end.
+
+Two stories: ``llm`` (the default, what ``make demo`` tells) streams chat answers through
+an n-gram model ladder while the top node is preempted mid-generation and comes back;
+``digits`` serves digit classifiers through two preemptions and a return.
+"""
 
 from __future__ import annotations
 
@@ -12,20 +17,28 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ray_ladder.demo.run import LIVE_CLUSTERS, DemoError, run_demo
+from ray_ladder.demo.session import LIVE_CLUSTERS, DemoError
 
-DEFAULT_LADDER = Path(__file__).resolve().parents[2] / "examples" / "ladders" / "demo.yaml"
+LADDERS = Path(__file__).resolve().parents[2] / "examples" / "ladders"
+DEFAULT_LADDER = LADDERS / "demo.yaml"  # the digits story's
+LLM_LADDER = LADDERS / "llm.yaml"
+STORIES = ("llm", "digits")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """The demo's command line (``make demo`` uses the defaults)."""
+    """The demo's command line (``make demo`` uses the defaults: the LLM story)."""
     p = argparse.ArgumentParser(
         prog="python -m ray_ladder.demo",
-        description="Serve digits through an h100 -> a100 -> cpu -> cache -> shed ladder on "
-                    "a local Ray cluster, preempt the GPUs, bring one back, report.")
-    p.add_argument("--ladder", type=Path, default=DEFAULT_LADDER, help="ladder YAML")
+        description="A ladder losing its GPUs and climbing back, on a local Ray cluster. "
+                    "llm (default): chat clients stream through an h100 -> a100 -> cpu -> shed "
+                    "ladder of n-gram models while the h100 node is preempted mid-generation "
+                    "and returns. digits: digit classifiers behind h100 -> a100 -> cpu -> "
+                    "cache -> shed through two preemptions and a return.")
+    p.add_argument("--story", choices=STORIES, default="llm", help="which story (default: llm)")
+    p.add_argument("--ladder", type=Path, default=None,
+                   help=f"ladder YAML (default: {LLM_LADDER.name} for llm, "
+                        f"{DEFAULT_LADDER.name} for digits)")
     p.add_argument("--out", type=Path, default=Path("demo-out"), help="output folder")
-    p.add_argument("--rate", type=float, default=20.0, help="requests per second")
     p.add_argument("--serve-timeout", type=float, default=120.0,
                    help="seconds to wait for the top rung's first answer after deploying")
     p.add_argument("--climb-timeout", type=float, default=45.0,
@@ -36,7 +49,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "the cluster is torn down")
     p.add_argument("--verbose", action="store_true",
                    help="keep Ray's logs and notices on the terminal; tracebacks on failure")
-    return p.parse_args(argv)
+    llm = p.add_argument_group("llm story")
+    llm.add_argument("--clients", type=int, default=20, help="concurrent chat clients")
+    llm.add_argument("--max-tokens", type=int, default=96, help="tokens per answer")
+    llm.add_argument("--kill-at", type=float, default=12.0,
+                     help="seconds after traffic starts: SIGKILL the top rung's node")
+    llm.add_argument("--back-at", type=float, default=27.0,
+                     help="seconds after traffic starts: a new top-rung node joins")
+    llm.add_argument("--drain-timeout", type=float, default=30.0,
+                     help="seconds the open streams get to finish after the story")
+    digits = p.add_argument_group("digits story")
+    digits.add_argument("--rate", type=float, default=20.0, help="requests per second")
+    args = p.parse_args(argv)
+    if args.ladder is None:
+        args.ladder = LLM_LADDER if args.story == "llm" else DEFAULT_LADDER
+    if args.clients < 1 or args.max_tokens < 1:
+        p.error("--clients and --max-tokens must be >= 1")
+    return args
 
 
 def _watchdog(deadline_s: float, console: Console) -> threading.Timer:
@@ -70,7 +99,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console()
     timer = _watchdog(args.deadline, console)
     try:
-        return run_demo(args, console)
+        if args.story == "digits":
+            from ray_ladder.demo.run import run_demo
+
+            return run_demo(args, console)
+        from ray_ladder.demo.llm.run import run_llm_demo
+
+        return run_llm_demo(args, console)
     except DemoError as err:
         console.print(f"[bold red]demo failed:[/bold red] {err}")
         return 1

@@ -448,8 +448,8 @@ def test_timeline_png_is_written(tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
 
 
-def test_cli_defaults_match_make_demo():
-    args = parse_args([])
+def test_cli_defaults_of_the_digits_story():
+    args = parse_args(["--story", "digits"])
     assert args.ladder == DEMO_LADDER and args.rate == 20.0 and args.out == Path("demo-out")
 
 

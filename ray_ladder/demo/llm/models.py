@@ -1,0 +1,74 @@
+"""The LLM story's models: one :class:`~ray_ladder.serve.llm.NGramRung` per compute rung,
+measured once in the driver (next-token accuracy on held-out docstrings).
+
+The replicas train the same models from the same corpus and the rung's ``params`` when
+they start (deterministic), so what is measured here is what each rung serves.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ray_ladder.core.context import RungContext
+from ray_ladder.core.spec import Ladder
+
+
+@dataclass(frozen=True)
+class RungModel:
+    """A rung's model and how good it is.
+
+    Attributes:
+        rung: The rung.
+        model: Its ``params.model`` (the ``model`` field of its chunks).
+        order: n-gram order.
+        train_fraction: Share of the training docstrings it learns from.
+        tokens_per_s: Its streaming pace.
+        quality: Next-token accuracy on the held-out docstrings (0..1).
+        train_s: Seconds the training took here.
+    """
+
+    rung: str
+    model: str
+    order: int
+    train_fraction: float
+    tokens_per_s: float
+    quality: float
+    train_s: float
+
+    @property
+    def description(self) -> str:
+        """``4-gram, 100 % of the text``."""
+        return f"{self.order}-gram, {self.train_fraction * 100:.0f} % of the text"
+
+
+def measure_models(ladder: Ladder) -> dict[str, RungModel]:
+    """Train each compute rung's model as its replica will and score it held-out.
+
+    Example:
+        >>> models = measure_models(load_ladder("examples/ladders/llm.yaml"))  # doctest: +SKIP
+        >>> models["h100"].quality > models["cpu"].quality  # doctest: +SKIP
+        True
+    """
+    from ray_ladder.serve.llm.models import NGramRung
+
+    out: dict[str, RungModel] = {}
+    for rung in ladder.rungs:
+        if not rung.is_compute:
+            continue
+        start = time.perf_counter()
+        lm = NGramRung(RungContext.of(ladder, rung.name))
+        took = time.perf_counter() - start
+        out[rung.name] = RungModel(
+            rung.name, str(rung.params.get("model") or rung.name), lm.order,
+            float(rung.params.get("train_fraction", 1.0)), lm.tokens_per_s, lm.quality(),
+            took)
+    return out
+
+
+def rung_classes(models: Mapping[str, RungModel]) -> dict[str, type]:
+    """``build_app``'s ``rungs`` argument: :class:`NGramRung` on every compute rung."""
+    from ray_ladder.serve.llm.models import NGramRung
+
+    return dict.fromkeys(models, NGramRung)
