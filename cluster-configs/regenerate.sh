@@ -10,3 +10,11 @@ ray-ladder render $L/hybrid-eu.yaml --provider gcp -o cluster-configs/hybrid-onp
 ray-ladder render $L/llm.yaml --provider kuberay -o cluster-configs/kuberay.yaml
 ray-ladder render $L/llm.yaml --provider local-fake --max-workers 1 -o cluster-configs/local-fake.yaml
 ray-ladder render $L/llm.yaml --provider gke-computeclass -o cluster-configs/gke-computeclass.yaml
+# Every way to buy capacity (examples/ladders/capacity.yaml): each provider's mechanism.
+ray-ladder render $L/capacity.yaml --provider aws -o cluster-configs/capacity-aws.yaml
+ray-ladder render $L/capacity.yaml --provider gcp -o cluster-configs/capacity-gcp.yaml
+ray-ladder render $L/capacity.yaml --provider azure -o cluster-configs/capacity-azure.yaml
+ray-ladder render $L/capacity.yaml --provider gke-computeclass -o cluster-configs/capacity-gke-computeclass.yaml
+ray-ladder render $L/capacity.yaml --provider kuberay -o cluster-configs/capacity-kuberay-eks.yaml
+ray-ladder render $L/capacity.yaml --provider kuberay --kube gke -o cluster-configs/capacity-kuberay-gke.yaml
+ray-ladder render $L/capacity.yaml --provider kuberay --kube aks -o cluster-configs/capacity-kuberay-aks.yaml

@@ -61,14 +61,17 @@ def validate_ray_up(config: dict) -> None:
               metavar="RUNG=TYPE", help="Override the machine type of a rung.")
 @click.option("--static-site", "static_sites", multiple=True, default=("onprem",),
               show_default=True, help="Rungs of this site are fixed machines (no node type).")
+@click.option("--kube", type=click.Choice(["karpenter", "gke", "aks"]), default="karpenter",
+              show_default=True, help="KubeRay only: whose node labels the worker groups "
+              "select on (how a node is bought: spot, reservation, flex-start, block).")
 @click.option("--ray-version", default="2.60.0", show_default=True)
 @click.option("--cluster-name", default=None, help="Default: the ladder's name.")
 @click.option("--validate/--no-validate", default=True, show_default=True,
               help="Check ray up configs with Ray's validate_config.")
 def render(ladder_file: str, provider: str, output: str | None, region: str | None,
                max_workers: int, idle_timeout_minutes: float | None, accelerators: dict,
-               instance_types: dict, static_sites: tuple[str, ...], ray_version: str,
-               cluster_name: str | None, validate: bool) -> None:
+               instance_types: dict, static_sites: tuple[str, ...], kube: str,
+               ray_version: str, cluster_name: str | None, validate: bool) -> None:
     """Write the cluster template of LADDER_FILE: one node type per rung, in rung order."""
     try:
         ladder = load_ladder(ladder_file)
@@ -78,7 +81,7 @@ def render(ladder_file: str, provider: str, output: str | None, region: str | No
     opts = RenderOptions(region=region, max_workers=max_workers,
                          idle_timeout_minutes=idle_timeout_minutes, accelerators=accelerators,
                          instance_types=instance_types, static_sites=tuple(static_sites),
-                         ray_version=ray_version, cluster_name=cluster_name,
+                         ray_version=ray_version, cluster_name=cluster_name, kube=kube,
                          ladder_path=str(Path(ladder_file)))
     try:
         text = render_yaml(ladder, provider, opts, source=ladder_file,

@@ -13,13 +13,18 @@ import yaml
 from click.testing import CliRunner
 
 from ray_ladder import load_ladder
+from ray_ladder.autoscale.render.capacity import left_out
 from ray_ladder.autoscale.render.ray_up import is_eu_region
 from ray_ladder.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "cluster-configs"
-RAY_UP = ["aws.yaml", "gcp.yaml", "azure.yaml", "hybrid-onprem-eu.yaml", "local-fake.yaml"]
-CLOUD = ["aws.yaml", "gcp.yaml", "azure.yaml", "hybrid-onprem-eu.yaml"]
+CAPACITY = ["capacity-aws.yaml", "capacity-gcp.yaml", "capacity-azure.yaml"]
+RAY_UP = ["aws.yaml", "gcp.yaml", "azure.yaml", "hybrid-onprem-eu.yaml", "local-fake.yaml",
+          *CAPACITY]
+CLOUD = ["aws.yaml", "gcp.yaml", "azure.yaml", "hybrid-onprem-eu.yaml", *CAPACITY]
+KUBERAY = ["kuberay.yaml", "capacity-kuberay-eks.yaml", "capacity-kuberay-gke.yaml",
+           "capacity-kuberay-aks.yaml"]
 DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
@@ -65,7 +70,10 @@ def test_templates_are_what_the_renderer_writes(tmp_path, monkeypatch):
 @pytest.mark.parametrize("name", CLOUD)
 def test_one_worker_node_type_per_rung_in_rung_order(name):
     config, ladder = load(name), source_ladder(name)
-    static = [r.name for r in ladder.rungs if r.tags.get("site") == "onprem"]
+    provider = config["provider"]["type"]
+    # Fixed machines, and rungs bought in a way this cloud does not sell, get no node type.
+    static = [r.name for r in ladder.rungs if r.tags.get("site") == "onprem"
+              or r.is_compute and left_out(provider, r)]
     workers = {k: v for k, v in config["available_node_types"].items()
                if k != config["head_node_type"]}
     assert list(workers) == [r.name for r in ladder.rungs if r.is_compute and
@@ -190,6 +198,11 @@ def kuberay_problems(doc: dict) -> list[str]:
         check_pod(path, group.get("template", {}))
     need(len(names) == len(set(names)), "groupName must be unique")
     return problems
+
+
+@pytest.mark.parametrize("name", KUBERAY)
+def test_every_kuberay_template_passes_the_crd_rules(name):
+    assert kuberay_problems(load(name)) == []
 
 
 def test_kuberay_raycluster_field_by_field():

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from typing import Any
 
 import yaml
 
+from ray_ladder.autoscale.render import capacity as bought
 from ray_ladder.autoscale.render import k8s
+from ray_ladder.autoscale.render.catalog import machine_for, rung_hardware
 from ray_ladder.autoscale.render.ray_up import (
     PROVIDERS,
     RenderOptions,
@@ -35,7 +38,10 @@ def render(ladder: Ladder, provider: str, options: RenderOptions | None = None
     if provider == "local-fake":
         return render_local_fake(ladder, opts)
     if provider == "kuberay":
-        return k8s.raycluster(ladder, node_rungs(ladder, opts), opts)
+        if opts.kube not in bought.KUBE_FLAVORS:
+            raise ValueError(f"unknown --kube {opts.kube!r}; valid: {list(bought.KUBE_FLAVORS)}")
+        return k8s.raycluster(ladder, [r for r in node_rungs(ladder, opts)
+                                       if not bought.left_out(opts.kube, r)], opts)
     if provider == "gke-computeclass":
         return k8s.computeclass(ladder, plan_node_types(ladder, "gcp", opts), opts)
     raise ValueError(f"unknown provider {provider!r}; valid: {list(PROVIDERS)}")
@@ -72,6 +78,7 @@ def render_yaml(ladder: Ladder, provider: str, options: RenderOptions | None = N
                  "(Ray runs one node provider per cluster, and its local", "# provider can "
                  "neither launch cloud VMs nor take per-rung node types). On each machine:"]
         head += [f"#   {r.name}: {join_command(r)}" for r in static]
+    head += _capacity_notes(ladder, provider, opts)
     if provider in ("aws", "gcp", "azure") and all(
             r.tags.get("jurisdiction") == "eu" for r in ladder.rungs if r.is_compute):
         region = data["provider"].get("region") or data["provider"].get("location")
@@ -81,6 +88,33 @@ def render_yaml(ladder: Ladder, provider: str, options: RenderOptions | None = N
                  "read inside the EU too; requests tagged jurisdiction=eu only run on eu "
                  "rungs."]
     return "\n".join(head) + "\n" + yaml.safe_dump(data, sort_keys=False, width=100)
+
+
+def _capacity_notes(ladder: Ladder, provider: str, opts: RenderOptions) -> list[str]:
+    """Header lines: rungs this provider cannot buy their way, and AKS pools to create."""
+    target = opts.kube if provider == "kuberay" else provider
+    rungs = node_rungs(ladder, opts)
+    out = []
+    missing = [(r, why) for r in rungs if (why := bought.left_out(target, r))]
+    if missing:
+        out += ["#", "# Rungs without a node type here (the hook never asks for them; they serve "
+                "nowhere in this cluster):"]
+        for r, why in missing:
+            out += textwrap.wrap(f"{r.name} ({bought.capacity_of(r).type}): {why}", 96,
+                                 initial_indent="#   ", subsequent_indent="#     ",
+                                 break_on_hyphens=False, break_long_words=False)
+    if provider == "kuberay" and opts.kube == "aks":
+        reserved = [r for r in rungs if bought.capacity_of(r).type == "reservation"]
+        if reserved:
+            out += ["#", "# Reserved rungs run on AKS node pools tied to their capacity "
+                    "reservation group; create each once:"]
+            for r in reserved:
+                vm = machine_for(rung_hardware(r, opts.accelerators.get(r.name)), "azure",
+                                 opts.instance_types.get(r.name)).name
+                out += [f"#   az aks nodepool add --cluster-name CLUSTER --resource-group RG "
+                        f"--name {bought.aks_pool(r)} --node-vm-size {vm} \\",
+                        f"#     --crg-id {bought.reservation_id('aks', r)}"]
+    return out
 
 
 def dumps_json(data: Any) -> str:

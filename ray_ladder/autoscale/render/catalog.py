@@ -87,7 +87,10 @@ _BY_RAY_TYPE = {a.ray_type.lower(): a.key for a in CATALOG.values() if a.ray_typ
 _MIG = re.compile(r"^(?P<family>.+?)-mig-(?:\d+c\.)?(?P<g>\d+)g\.(?P<gb>\d+)gb$")
 # MIG instances of one profile a GPU holds (NVIDIA's A100/H100 tables).
 _MIG_SLICES = {1: 7, 2: 3, 3: 2, 4: 1, 7: 1}
-_MARKET = re.compile(r"-(spot|ondemand|on-demand|reserved)$")
+# How the machine is bought, as a resource suffix: h100-spot is an h100 (issue 19 adds the
+# reservation, flex-start and capacity-block suffixes).
+_MARKET = re.compile(r"-(spot|ondemand|on-demand|reserved|reservation|flex|flex-start|block"
+                     r"|capacity-block)$")
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,7 @@ class RungHardware:
         accelerator: Catalog key (``cpu`` for CPU-only rungs).
         mig: MIG profile (``3g.40gb``) when the rung asks for a MIG slice.
         mig_slices: Slices of that profile one GPU holds.
-        spot: The rung's ``tags.spot`` is true.
+        spot: The rung's ``tags.spot`` is true or its ``capacity.type`` is ``spot``.
         site: The rung's ``tags.site``.
         resource: The rung's ``ladder/...`` resource name, if any.
     """
@@ -122,7 +125,8 @@ def rung_hardware(rung: Rung, override: str | None = None) -> RungHardware:
         '3g.40gb'
     """
     site = rung.tags.get("site")
-    spot = rung.tags.get("spot", "").lower() == "true"
+    spot = rung.tags.get("spot", "").lower() == "true" or (
+        rung.capacity is not None and rung.capacity.type == "spot")
     resource = next((k for k in rung.resources if k.startswith("ladder/")), None)
     if override is not None:
         if override not in CATALOG:

@@ -6,6 +6,7 @@ import json
 import math
 from typing import Any
 
+from ray_ladder.autoscale.render import capacity as bought
 from ray_ladder.autoscale.render.catalog import CATALOG, rung_hardware
 from ray_ladder.autoscale.render.ray_up import NodeTypePlan, RenderOptions, rung_labels
 from ray_ladder.core.spec import Ladder, Rung
@@ -13,9 +14,8 @@ from ray_ladder.core.spec import Ladder, Rung
 #: NVIDIA GPU feature discovery labels (GPU operator): vendor-neutral GPU node selectors.
 GPU_PRODUCT = "nvidia.com/gpu.product"
 MIG_STRATEGY = "nvidia.com/mig.strategy"
-#: Karpenter's market label (EKS, AKS node autoprovisioning); on GKE use
-#: cloud.google.com/gke-spot: "true".
-CAPACITY_TYPE = "karpenter.sh/capacity-type"
+#: GKE's accelerator node label (GKE does not run GPU feature discovery by default).
+GKE_ACCELERATOR = "cloud.google.com/gke-accelerator"
 _PORTS = [{"containerPort": 6379, "name": "gcs-server"},
           {"containerPort": 8265, "name": "dashboard"},
           {"containerPort": 10001, "name": "client"}]
@@ -52,12 +52,16 @@ def worker_group(rung: Rung, opts: RenderOptions, accelerator: str | None = None
             selector[MIG_STRATEGY] = "mixed"
         else:
             limits["nvidia.com/gpu"] = str(gpus)
-        if acc.product:
+        if opts.kube == "gke" and acc.gke_type:
+            selector[GKE_ACCELERATOR] = acc.gke_type
+        elif acc.product:
             selector[GPU_PRODUCT] = acc.product
         tolerations.append({"key": "nvidia.com/gpu", "operator": "Exists",
                             "effect": "NoSchedule"})
-    if hw.spot:
-        selector[CAPACITY_TYPE] = "spot"
+    # How the node is bought (spot, reservation, flex-start, block), in the flavor's labels.
+    market, market_tolerations = bought.kube_selector(opts.kube, rung, hw.spot)
+    selector.update(market)
+    tolerations += market_tolerations
     resources = {k: (1 if hw.mig else max(int(math.ceil(v)), 1)) for k, v in
                  rung.resources.items()}
     params = {"labels": ",".join(f"{k}={v}" for k, v in rung_labels(rung).items())}
@@ -123,6 +127,7 @@ def computeclass(ladder: Ladder, plans: list[NodeTypePlan], opts: RenderOptions
             rule["machineFamily"] = p.machine.name.split("-")[0]
             rule["minCores"] = p.machine.cpus
         rule["spot"] = p.hw.spot
+        rule.update(bought.computeclass_fields(p.rung))
         priorities.append(rule)
     return {
         "apiVersion": "cloud.google.com/v1",

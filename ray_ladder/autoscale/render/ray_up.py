@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ray_ladder.autoscale.render import capacity as bought
 from ray_ladder.autoscale.render.catalog import (
     CATALOG,
     Machine,
@@ -46,6 +47,7 @@ class RenderOptions:
         ray_version: Ray version to install / image tag.
         ladder_path: The ladder file mounted on the head (the hook reads it).
         cluster_name: Cluster name (default: the ladder's name).
+        kube: KubeRay node labels: ``karpenter`` (EKS, the default), ``gke`` or ``aks``.
     """
 
     region: str | None = None
@@ -57,6 +59,7 @@ class RenderOptions:
     ray_version: str = "2.60.0"
     ladder_path: str = "ladder.yaml"
     cluster_name: str | None = None
+    kube: str = "karpenter"
 
 
 def is_eu_region(provider: str, region: str) -> bool:
@@ -113,9 +116,14 @@ def node_rungs(ladder: Ladder, opts: RenderOptions) -> list[Rung]:
 
 
 def plan_node_types(ladder: Ladder, cloud: str, opts: RenderOptions) -> list[NodeTypePlan]:
-    """One node type per rung of :func:`node_rungs`, on ``cloud``'s machines, in rung order."""
+    """One node type per rung of :func:`node_rungs`, on ``cloud``'s machines, in rung order.
+
+    Rungs bought in a way ``cloud`` does not sell (:func:`capacity.left_out`) get none.
+    """
     plans = []
     for rung in node_rungs(ladder, opts):
+        if bought.left_out(cloud, rung):
+            continue
         hw = rung_hardware(rung, opts.accelerators.get(rung.name))
         machine = machine_for(hw, cloud, opts.instance_types.get(rung.name))
         plans.append(NodeTypePlan(rung, hw, machine, node_resources_for(rung, hw, machine),
@@ -151,6 +159,8 @@ def _node_config(provider: str, plan: NodeTypePlan | None, machine: Machine,
                                              "VolumeType": "gp3"}}]}
         if spot:
             cfg["InstanceMarketOptions"] = {"MarketType": "spot"}
+        if plan is not None:
+            cfg.update(bought.aws_fields(plan.rung))
         return cfg
     if provider == "gcp":
         family = "common-cu124" if gpu else "common-cpu"
@@ -169,6 +179,10 @@ def _node_config(provider: str, plan: NodeTypePlan | None, machine: Machine,
             cfg["metadata"] = {"items": [{"key": "install-nvidia-driver", "value": "True"}]}
         if spot:
             scheduling["preemptible"] = True
+        if plan is not None:
+            top, sched = bought.gcp_fields(plan.rung)
+            cfg.update(top)
+            scheduling.update(sched)
         if scheduling:
             cfg["scheduling"] = [scheduling]
         return cfg
@@ -176,8 +190,8 @@ def _node_config(provider: str, plan: NodeTypePlan | None, machine: Machine,
                               "imageOffer": "ubuntu-hpc" if gpu else "ubuntu-2204",
                               "imageSku": "2204" if gpu else "2204-gen2",
                               "imageVersion": "latest"}
-    if spot:
-        params["priority"] = "Spot"
+    if plan is not None:
+        params.update(bought.azure_params(plan.rung, spot))
     return {"azure_arm_parameters": params}
 
 
@@ -237,8 +251,10 @@ def render_ray_up(ladder: Ladder, provider: str, opts: RenderOptions) -> dict[st
             types[p.rung.name]["worker_setup_commands"] = [
                 _install(opts), "sudo nvidia-smi -mig 1",
                 f"sudo nvidia-smi mig -cgi {slices} -C"]
+    # Fixed machines, and rungs bought in a way this cloud does not sell: never requested.
     static = [r.name for r in ladder.rungs
-              if r.is_compute and r.tags.get("site") in opts.static_sites]
+              if r.is_compute and (r.tags.get("site") in opts.static_sites
+                                   or bought.left_out(provider, r))]
     start_hook = "ray-ladder autoscale start ~/ladder.yaml" + "".join(
         f" --node-type {r}=" for r in static)
     return {
