@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ray_ladder.core.context import RungContext
 from ray_ladder.core.spec import Ladder, as_ladder
 from ray_ladder.serve.core import standby_replicas
+from ray_ladder.serve.llm.protocol import is_llm_class
 from ray_ladder.serve.replica import replica_class
 
 #: Pins the router to the head node on any Ray cluster (Ray gives only the head this
@@ -166,6 +167,7 @@ def build_app(
                      "max_ongoing_requests": 1000, "ray_actor_options": actor_options},
                     router_options)
     settings = {
+        "llm_rungs": [n for n in compute if is_llm_class(_resolve_class(n, rungs[n]))],
         "max_body_bytes": max_body_bytes,
         "assign_timeout_s": assign_timeout_s,
         "request_timeout_s": request_timeout_s,

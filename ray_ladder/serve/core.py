@@ -16,6 +16,8 @@ _DEFAULT_KEY: tuple[object, ...] = ("<none>",)
 #: A released rung stays warm for a constrained selector only while that selector has
 #: had a request this recently (selectors live on after their traffic stops).
 RECENT_USE_S = 60.0
+#: Longest a rung that keeps failing stays marked down (the cooldown doubles up to it).
+MAX_COOLDOWN_S = 30.0
 
 
 def standby_replicas(ladder: Ladder, rung: Rung) -> int:
@@ -84,6 +86,12 @@ class RouterState:
         self.replica_counts_max_age_s = replica_counts_max_age_s
         self._placeable: dict[str, bool] = {}
         self._down: dict[str, tuple[float, str]] = {}
+        #: Rung -> (consecutive failures, when its last cooldown ends): a rung that fails
+        #: again soon after its cooldown stays down twice as long (capped).
+        self._strikes: dict[str, tuple[int, float]] = {}
+        #: Rungs that failed a request and have not answered since: after the cooldown
+        #: they count again only once a replica answers (a ping or a request).
+        self._probation: set[str] = set()
         self._obtainable: dict[str, bool] = {}
         #: Rungs the autoscaler hook released while a better rung is up (see observe).
         self._held: frozenset[str] = frozenset()
@@ -112,6 +120,8 @@ class RouterState:
             down = self._down.get(name)
             if down is not None and down[0] > now:
                 out[name] = False
+            elif name in self._probation:
+                out[name] = False  # failed, and no replica has answered since
             elif not self._placeable.get(name, False):
                 out[name] = False  # no alive node can host it (a RUNNING count may lag)
             else:
@@ -181,6 +191,8 @@ class RouterState:
         for name in alive:
             if self._running.get(name, 0) == 0:
                 self._running[name] = 1
+            if not self.is_down(name, now):
+                self._probation.discard(name)
         self._placeable = dict(placeable)
         self._held = frozenset(held)
         for name in [n for n, (until, _) in self._down.items() if until <= now]:
@@ -188,8 +200,19 @@ class RouterState:
         return self._observe_all(now)
 
     def mark_down(self, rung: str, reason: str, now: float) -> Decision:
-        """A request saw ``rung`` fail: unobtainable for the cooldown, re-observe at once."""
-        self._down[rung] = (now + self.down_cooldown_s, reason)
+        """A request saw ``rung`` fail: unobtainable for the cooldown, re-observe at once.
+
+        The cooldown doubles each time the rung fails again within one cooldown of the
+        last one's end (a backend that stays down), up to ``MAX_COOLDOWN_S``; a rung that
+        stayed up that long starts again from ``down_cooldown_s``.
+        """
+        strikes, ended = self._strikes.get(rung, (0, float("-inf")))
+        last = self.down_cooldown_s * 2 ** max(0, strikes - 1)
+        strikes = strikes + 1 if now - ended <= last else 1
+        cooldown = min(MAX_COOLDOWN_S, self.down_cooldown_s * 2 ** (strikes - 1))
+        self._strikes[rung] = (strikes, now + cooldown)
+        self._down[rung] = (now + cooldown, reason)
+        self._probation.add(rung)
         return self._observe_all(now)
 
     def has_other_compute(self, selector: Selector, rung: str) -> bool:
@@ -213,9 +236,17 @@ class RouterState:
             return "no alive node can host it"
         if self._running.get(rung, 0) == 0:
             return "its standby replica is not running yet"
+        if rung in self._probation:
+            return "failed a request; waiting for a replica to answer a ping"
         if rung in self._held:
             return "released by the autoscaler hook (a better rung is up)"
         return "obtainable"
+
+    def on_probation(self, now: float) -> list[str]:
+        """Rungs past their cooldown that must answer once before they count again (the
+        router pings them: an external backend that is still down fails the ping)."""
+        return [n for n in self._compute if n in self._probation
+                and not self.is_down(n, now) and self._placeable.get(n, False)]
 
     def is_down(self, rung: str, now: float) -> bool:
         """Whether a failure marked ``rung`` down and its cooldown is still running."""
@@ -271,6 +302,10 @@ class RouterState:
 
     # --- reporting ---------------------------------------------------------------------
 
+    def selectors_in_use(self) -> list[Selector]:
+        """Every selector, the unconstrained one first (for ``ray-ladder status``)."""
+        return list(self._selectors.values())
+
     @property
     def current(self) -> str | None:
         """The unconstrained selector's rung."""
@@ -302,10 +337,6 @@ class RouterState:
             "current_index": self.ladder.index(current) if current is not None else -1,
             "degraded_s": round(self.degraded_s(None), 3),
             "promotion_hysteresis": default.hysteresis,
-    def selectors_in_use(self) -> list[Selector]:
-        """Every selector, the unconstrained one first (for ``ray-ladder status``)."""
-        return list(self._selectors.values())
-
             "probe_interval_s": self.ladder.policy.probe_interval_s,
             "observations": self.observations,
             "rungs": rungs,

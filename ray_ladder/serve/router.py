@@ -62,6 +62,8 @@ class LadderRouter:
             request_timeout_s=options.get("request_timeout_s"),
             pending_timeout_s=policy.pending_timeout_s)
         self._deployments = dict(deployments)
+        #: Compute rungs whose class generates text (the OpenAI routes use only these).
+        self.llm_rungs: frozenset[str] = frozenset(options.get("llm_rungs", ()))
         self._max_body_bytes = int(options["max_body_bytes"])
         cooldown = options.get("down_cooldown_s") or max(1.0, 2 * policy.probe_interval_s)
         self._app_name = options.get("app_name")
@@ -180,6 +182,10 @@ class LadderRouter:
             if rung not in self._pinging:
                 self._pinging.add(rung)
                 self._spawn(self._ping(rung, policy.pending_timeout_s))
+        for rung in self._state.on_probation(time.time()):  # prove it answers again
+            if rung not in self._pinging:
+                self._pinging.add(rung)
+                self._spawn(self._ping(rung, max(1.0, 4 * self._caller.assign_timeout_s)))
         idle = self._state.held_everywhere(time.time())  # pings would keep them busy
         for rung, ok in obtainable.items():
             if (ok and rung not in idle and self._state.is_warm(rung)
@@ -194,11 +200,11 @@ class LadderRouter:
         task.add_done_callback(self._tasks.discard)
 
     def _failed(self, rung: str, reason: str) -> None:
+        self._metrics.attempt_failed(rung, reason)
         now = time.time()
         if self._state.is_down(rung, now):
             return  # another request already reported it; the selectors moved then
         decision = self._state.mark_down(rung, reason, now)
-        self._metrics.attempt_failed(rung, reason)
         self._caller.signal_lost(self._state.lost)
         self._metrics.decision(decision)
         logger.warning("rung %s failed a request (%s); marked down", rung, reason)

@@ -339,3 +339,11 @@ def test_503_with_retry_after_when_nothing_eligible_is_left(app):
     with pytest.raises(LadderExhaustedError) as info:
         app.handle.predict.remote({"never": "seen"}).result(timeout_s=60)
     assert [a.rung for a in info.value.attempts] == ["cache", "shed"]
+
+
+def test_the_openai_routes_of_a_ladder_without_llm_rungs_answer_404(app):
+    response = app.client.post(app.url + "/v1/chat/completions", json={
+        "model": "serve-it", "messages": [{"role": "user", "content": "hi"}]})
+    assert response.status_code == 404
+    assert "no LLM rung" in response.json()["error"]["message"]
+    assert app.post({"prompt": "still"}).status_code == 200  # the JSON route is unaffected

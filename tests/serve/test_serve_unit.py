@@ -244,7 +244,13 @@ def test_failure_falls_at_once_and_cooldown_then_hysteresis_climb_back():
     assert decision.rung == "a100" and decision.direction == "down"
     assert state.selector(None, 0.1).current == "a100"
     assert state.observe(running, ALL_UP, now=0.5).rung == "a100"  # still cooling down
-    assert state.observe(running, ALL_UP, now=1.2).rung == "a100"  # streak 1 of 2
+    assert state.on_probation(0.5) == []
+    # Cooled down, but it failed: it counts again once a replica answers (a ping).
+    assert state.observe(running, ALL_UP, now=1.2).rung == "a100"
+    assert state.on_probation(1.2) == ["h100"]
+    assert "waiting for a replica to answer" in state.why_unobtainable("h100", 1.2)
+    assert state.observe(running, ALL_UP, now=1.3, alive=["h100"]).rung == "a100"  # 1 of 2
+    assert state.on_probation(1.3) == []
     decision = state.observe(running, ALL_UP, now=1.7)
     assert decision.rung == "h100" and decision.direction == "up"
     assert [(e.from_rung, e.to_rung) for e in events if e.kind == "transition"] == [
@@ -480,3 +486,19 @@ def test_why_a_rung_is_unobtainable():
     state.mark_down("a100", "ActorDiedError: gone", now=0)
     assert state.why_unobtainable("a100", 0.5) == "marked down: ActorDiedError: gone"
     assert state.lost == ["a100"]
+
+
+def test_a_rung_that_keeps_failing_stays_down_longer_each_time():
+    s = _state(cooldown=1.0)
+    s.observe({"h100": 1, "a100": 1}, {"h100": True, "a100": True}, now=0.0)
+    s.mark_down("h100", "backend down", now=0.0)
+    assert s.is_down("h100", 0.9) and not s.is_down("h100", 1.0)
+    s.mark_down("h100", "backend down", now=1.2)  # failed again right after: 2 s
+    assert s.is_down("h100", 3.1) and not s.is_down("h100", 3.2)
+    s.mark_down("h100", "backend down", now=3.3)  # and again: 4 s
+    assert s.is_down("h100", 7.2) and not s.is_down("h100", 7.3)
+    s.mark_down("h100", "a one-off", now=100.0)  # long after: back to 1 s
+    assert not s.is_down("h100", 101.0)
+    for t in range(200, 400, 1):  # capped
+        s.mark_down("h100", "down for good", now=float(t) / 10 + 200)
+    assert s.is_down("h100", 240.0 + 29.0)

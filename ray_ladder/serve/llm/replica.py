@@ -46,8 +46,10 @@ class LLMRungReplica:
         return {"text": "".join(pieces), "model": self.rung.params.get("model", self.rung.name),
                 "completion_tokens": len(pieces)}
 
-    def ladder_ping(self) -> str:
-        """Answer at once (the router primes cold rungs with it)."""
+    async def ladder_ping(self) -> str:
+        """The router's ping (it primes cold rungs and checks idle warm ones): the rung
+        class's health check first, so a backend that is down fails the ping."""
+        await self.check_health()
         return self.rung.name
 
     async def check_health(self) -> None:

@@ -65,6 +65,10 @@ async def handle(router: Router, request: Any, max_body_bytes: int) -> Any:
                           headers={"Allow": method})
         return _error(err)
     ladder = router.ladder
+    if not router.llm_rungs:
+        return _error(OpenAIError(404, f"ladder {ladder.name!r} has no LLM rung: give its "
+                                       "compute rungs classes with an async generate() "
+                                       "(docs/llm.md)", code="not_found"))
     if kind is None:
         return JSONResponse(models_list(ladder))
     try:

@@ -40,6 +40,7 @@ class Router(Protocol):
     """What the driver needs of the router (``LadderRouter`` provides it)."""
 
     ladder: Ladder
+    llm_rungs: frozenset[str]
 
     @property
     def router_state(self) -> Any: ...
@@ -92,7 +93,8 @@ class StreamDriver:
         ladder = router.ladder
         selector = router.router_state.selector(constraints, time.time())
         attempts: list[Attempt] = []
-        tried: set[str] = set()
+        # Compute rungs whose class does not generate text never take a stream.
+        tried = {r.name for r in ladder.rungs if r.is_compute} - set(router.llm_rungs)
         previous: str | None = None
         reason: str | None = None
         caller = router.caller
