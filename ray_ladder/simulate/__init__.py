@@ -22,7 +22,13 @@ from ray_ladder.simulate.baselines import (
     parse_policies,
     parse_policy,
 )
-from ray_ladder.simulate.generators import always_on, markov_trace, never_on, outage_trace
+from ray_ladder.simulate.generators import (
+    always_on,
+    markov_trace,
+    never_on,
+    outage_trace,
+    queued_trace,
+)
 from ray_ladder.simulate.replay import Replay, replay
 from ray_ladder.simulate.report import PolicyReport, SimulationReport
 from ray_ladder.simulate.specs import parse_duration, parse_trace_spec
@@ -55,6 +61,7 @@ __all__ = [
     "parse_policies",
     "parse_policy",
     "parse_trace_spec",
+    "queued_trace",
     "replay",
     "simulate",
 ]

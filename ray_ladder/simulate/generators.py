@@ -100,3 +100,54 @@ def outage_trace(
     source = "outage:" + ",".join(f"{a:g}-{b:g}" for a, b in merged)
     return Trace.from_steps(steps, duration_s=duration_s, resolution_s=resolution,
                             source=source)
+
+
+def queued_trace(
+    wait_s: float,
+    run_s: float | None = None,
+    *,
+    at_s: float = 0.0,
+    requeue: bool = True,
+    duration_s: float | None = None,
+) -> Trace:
+    """Queued capacity (flex-start): requested at ``at_s``, granted ``wait_s`` later.
+
+    The grant holds for ``run_s`` (for ever when ``None``); then, with ``requeue``, the
+    rung is queued again at once and granted after another ``wait_s``, as the autoscaler
+    hook does, until ``duration_s``. The resolution is the greatest common divisor of the
+    edges when they are whole seconds.
+
+    Example:
+        >>> t = queued_trace(7200, 21600, duration_s=36000)
+        >>> t.starts, t.values, t.obtainable_fraction()
+        ((0.0, 7200.0, 28800.0), (False, True, False), 0.6)
+    """
+    for name, value in (("wait_s", wait_s), ("at_s", at_s)):
+        if value < 0:
+            raise ValueError(f"queued_trace: {name} must be >= 0, got {value}")
+    if run_s is not None and run_s <= 0:
+        raise ValueError(f"queued_trace: run_s must be > 0, got {run_s}")
+    repeats = run_s is not None and requeue
+    if repeats and duration_s is None:
+        raise ValueError("queued_trace: a grant that ends and is queued again needs "
+                         "duration_s (or requeue=False)")
+    steps: list[tuple[float, bool]] = [(0.0, False)]
+    t = float(at_s) + wait_s
+    while duration_s is None or t < duration_s:
+        steps.append((t, True))
+        if run_s is None:
+            break
+        steps.append((t + run_s, False))
+        if not repeats:
+            break
+        t += run_s + wait_s
+    if duration_s is not None:
+        steps = [s for s in steps if s[0] < duration_s]
+    edges = [s[0] for s in steps if s[0]] + ([duration_s] if duration_s else [])
+    resolution: float | None = None
+    if edges and all(float(e).is_integer() for e in edges):
+        resolution = float(math.gcd(*(int(e) for e in edges)))
+    parts = [f"wait={wait_s:g}"] + ([f"run={run_s:g}"] if run_s is not None else []) + (
+        [f"at={at_s:g}"] if at_s else []) + ([] if requeue or run_s is None else ["requeue=off"])
+    return Trace.from_steps(steps, duration_s=duration_s, resolution_s=resolution,
+                            source="queued:" + ",".join(parts))

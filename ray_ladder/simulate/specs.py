@@ -6,17 +6,25 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from ray_ladder.simulate.generators import always_on, markov_trace, never_on, outage_trace
+from ray_ladder.simulate.generators import (
+    always_on,
+    markov_trace,
+    never_on,
+    outage_trace,
+    queued_trace,
+)
 from ray_ladder.simulate.trace_files import load_trace
 from ray_ladder.simulate.traces import Trace
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([smhdw]?)\s*$")
 _MARKOV_KEYS = ("up", "down", "seed", "gap", "start")
+_QUEUED_KEYS = ("wait", "run", "at", "requeue")
 _NEED = re.compile(r"^(.*\S)\s*@\s*([0-9]+)\s*$")
 SPEC_FORMS = ("FILE.json", "FILE.csv", "always", "never",
               "markov:up=DUR,down=DUR[,seed=N][,gap=DUR][,start=up|down]",
               "outage:START-END[,START-END...]",
+              "queued:wait=DUR[,run=DUR][,at=DUR][,requeue=on|off]",
               "any of these + @K (obtainable when the trace counts >= K)")
 
 
@@ -55,7 +63,7 @@ def split_need(spec: str) -> tuple[str, int | None]:
 def is_generated(spec: str) -> bool:
     """Whether ``spec`` names a generator (not a file)."""
     spec = split_need(spec)[0]
-    return spec in ("always", "never") or spec.startswith(("markov:", "outage:"))
+    return spec in ("always", "never") or spec.startswith(("markov:", "outage:", "queued:"))
 
 
 def parse_trace_spec(spec: str, *, duration_s: float | None = None) -> Trace:
@@ -63,7 +71,9 @@ def parse_trace_spec(spec: str, *, duration_s: float | None = None) -> Trace:
 
     Forms: a ``.json`` or ``.csv`` file; ``always``; ``never``;
     ``markov:up=1h,down=10m[,seed=1][,gap=60][,start=up|down]`` (mean up and down
-    times; needs ``duration_s``); ``outage:100-400,900-1000`` (windows without capacity).
+    times; needs ``duration_s``); ``outage:100-400,900-1000`` (windows without capacity);
+    ``queued:wait=2h,run=7d`` (queued capacity: granted after the wait, for the run, then
+    queued again; ``at`` delays the request, ``requeue=off`` asks once).
     Durations take an optional unit: s, m, h, d, w. A suffix ``@K`` keeps only the times
     the trace counts at least ``K`` instances (a rung that needs ``K`` nodes at once).
 
@@ -84,6 +94,8 @@ def parse_trace_spec(spec: str, *, duration_s: float | None = None) -> Trace:
         return _markov(spec, spec[len("markov:"):], duration_s)
     if spec.startswith("outage:"):
         return _outage(spec, spec[len("outage:"):], duration_s)
+    if spec.startswith("queued:"):
+        return _queued(spec, spec[len("queued:"):], duration_s)
     if not Path(spec).exists():
         raise ValueError(f"trace {spec!r}: no such file; a trace is one of: "
                          + ", ".join(SPEC_FORMS))
@@ -117,6 +129,32 @@ def _markov(spec: str, args: str, duration_s: float | None) -> Trace:
         seed=seed, gap_s=parse_duration(kw.get("gap", "60")),
         start=None if start is None else start == "up",
     )
+
+
+def _queued(spec: str, args: str, duration_s: float | None) -> Trace:
+    kw: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in args.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or key not in _QUEUED_KEYS:
+            raise ValueError(f"trace {spec!r}: bad argument {part!r}; valid keys: "
+                             + ", ".join(_QUEUED_KEYS))
+        kw[key] = value
+    if "wait" not in kw:
+        raise ValueError(f"trace {spec!r}: missing wait (how long the queue waits before "
+                         "capacity is granted, e.g. queued:wait=2h,run=7d)")
+    requeue = kw.get("requeue", "on")
+    if requeue not in ("on", "off"):
+        raise ValueError(f"trace {spec!r}: requeue must be on or off, got {requeue!r}")
+    run = parse_duration(kw["run"]) if "run" in kw else None
+    if run is not None and requeue == "on" and duration_s is None:
+        raise ValueError(f"trace {spec!r}: a queue granted again and again needs a duration "
+                         "(give --duration, or a file trace to take it from)")
+    try:
+        return queued_trace(parse_duration(kw["wait"]), run,
+                            at_s=parse_duration(kw.get("at", "0")), requeue=requeue == "on",
+                            duration_s=duration_s)
+    except ValueError as err:
+        raise ValueError(f"trace {spec!r}: {err}") from None
 
 
 def _outage(spec: str, args: str, duration_s: float | None) -> Trace:
