@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-tools lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +20,21 @@ $(VENV)/.test-installed: $(PY) pyproject.toml
 demo: $(VENV)/.demo-installed
 	$(PY) -m ray_ladder.demo
 
+# The Prometheus integration test (tests/operating) runs the real server: Debian's package,
+# installed here when we are root and it is missing; elsewhere that test says why it skips.
+test-tools:
+	@if ! command -v prometheus >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y prometheus \
+	      || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y prometheus) \
+	      || echo "could not install prometheus: its integration test will skip" >&2; \
+	  else \
+	    echo "prometheus missing (as root: apt-get install -y prometheus): its test will skip" >&2; \
+	  fi; \
+	fi
+
 # pytest exits 5 when it collects no test: that is a failure of the suite, say so.
-test: $(VENV)/.test-installed
+test: $(VENV)/.test-installed test-tools
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
