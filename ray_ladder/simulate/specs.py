@@ -102,14 +102,20 @@ def parse_trace_spec(spec: str, *, duration_s: float | None = None) -> Trace:
     return load_trace(spec)
 
 
-def _markov(spec: str, args: str, duration_s: float | None) -> Trace:
+def _keywords(spec: str, args: str, valid: tuple[str, ...]) -> dict[str, str]:
+    """``key=value`` arguments of a generator spec, each key one of ``valid``."""
     kw: dict[str, str] = {}
     for part in filter(None, (p.strip() for p in args.split(","))):
         key, sep, value = part.partition("=")
-        if not sep or key not in _MARKOV_KEYS:
+        if not sep or key not in valid:
             raise ValueError(f"trace {spec!r}: bad argument {part!r}; valid keys: "
-                             + ", ".join(_MARKOV_KEYS))
+                             + ", ".join(valid))
         kw[key] = value
+    return kw
+
+
+def _markov(spec: str, args: str, duration_s: float | None) -> Trace:
+    kw = _keywords(spec, args, _MARKOV_KEYS)
     missing = [k for k in ("up", "down") if k not in kw]
     if missing:
         raise ValueError(f"trace {spec!r}: missing {', '.join(missing)} "
@@ -132,13 +138,7 @@ def _markov(spec: str, args: str, duration_s: float | None) -> Trace:
 
 
 def _queued(spec: str, args: str, duration_s: float | None) -> Trace:
-    kw: dict[str, str] = {}
-    for part in filter(None, (p.strip() for p in args.split(","))):
-        key, sep, value = part.partition("=")
-        if not sep or key not in _QUEUED_KEYS:
-            raise ValueError(f"trace {spec!r}: bad argument {part!r}; valid keys: "
-                             + ", ".join(_QUEUED_KEYS))
-        kw[key] = value
+    kw = _keywords(spec, args, _QUEUED_KEYS)
     if "wait" not in kw:
         raise ValueError(f"trace {spec!r}: missing wait (how long the queue waits before "
                          "capacity is granted, e.g. queued:wait=2h,run=7d)")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import threading
-import time
 
 import pytest
 
 from ray_ladder import Ladder
 from ray_ladder.testing import wait_until
+from tests.autoscale._fake import Consumer, alive_node_types, fake_cluster
+from tests.autoscale._fake import hook_state as _state
 
 pytestmark = pytest.mark.ray
 
@@ -21,31 +21,14 @@ rungs:
   - {name: a100, resources: {ladder/a100: 1}, quality: 0.9}
   - {name: cpu, num_cpus: 0, resources: {ladder/cpu: 1}, quality: 0.5}
 """)
-# The cpu rung has its own resource, on the head only: with a bare num_cpus, a backlog of
-# cpu-rung tasks is CPU demand the autoscaler would meet by launching any node type with a
-# CPU (a100 here), and the fallback would not be the hook's doing.
 OPTIONS = {"retry_initial_s": 2.0, "retry_max_s": 4.0, "provision_timeout_s": 60.0,
            "drain_s": 1.0, "interval_s": 0.5}
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    import ray
-
-    from ray_ladder.autoscale.fake.cluster import FakeAutoscalingCluster, fake_worker_type
-
-    c = FakeAutoscalingCluster(
-        {name: fake_worker_type({f"ladder/{name}": 1}, labels={"ladder.node-type": name})
-         for name in ("h100", "a100")},
-        head_resources={"CPU": 1, "ladder/cpu": 8}, schedule="h100 unavailable",
-        idle_timeout_minutes=0.1)
-    c.start()
-    try:
-        ray.init(address=c.address, logging_level="WARNING", log_to_driver=False)
+    with fake_cluster(("h100", "a100"), "h100 unavailable") as c:
         yield c
-    finally:
-        ray.shutdown()
-        c.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -64,60 +47,6 @@ def hook(cluster, tmp_path_factory):
     out = CliRunner().invoke(main, args)
     assert out.exit_code == 0, out.output
     return get_hook("fake-as")
-
-
-class Consumer:
-    """Sends one small task every 0.2 s to the rung the hook says is serving."""
-
-    def __init__(self, hook) -> None:
-        import ray
-
-        @ray.remote(max_retries=0)
-        def where(rung: str) -> tuple[str, str]:
-            return rung, ray.get_runtime_context().get_node_labels().get("ladder.node-type", "")
-
-        self.hook, self.where = hook, where
-        self.sent: list[tuple[float, str | None, object]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        import ray
-
-        while not self._stop.wait(0.2):
-            state = ray.get(self.hook.state.remote(), timeout=30)
-            if not state:  # the hook has not made its first step yet
-                continue
-            rung = state["serving"]
-            ref = None if rung is None else \
-                self.where.options(**LADDER.rung(rung).placement()).remote(rung)
-            self.sent.append((time.time(), rung, ref))
-
-    def __enter__(self) -> Consumer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def results(self) -> list[tuple[str, str]]:
-        import ray
-
-        assert all(ref is not None for _, _, ref in self.sent), "no rung to send work to"
-        return ray.get([ref for _, _, ref in self.sent], timeout=60)
-
-
-def _state(hook) -> dict:
-    import ray
-
-    return ray.get(hook.state.remote(), timeout=30)
-
-
-def _alive_types() -> set[str]:
-    import ray
-
-    return {n["Labels"].get("ladder.node-type") for n in ray.nodes() if n["Alive"]}
 
 
 def test_stockout_falls_back_then_climbs_back_without_losing_work(cluster, hook):
@@ -149,7 +78,7 @@ def test_stockout_falls_back_then_climbs_back_without_losing_work(cluster, hook)
 def _climb(cluster, hook, sub, watcher, watched) -> None:
     import ray
 
-    with Consumer(hook) as consumer:
+    with Consumer(hook, LADDER) as consumer:
         # 1. h100 refused: the hook asks for a100 without a human, and work runs there.
         wait_until(lambda: _state(hook).get("serving") == "a100", 120,
                    message="serving on a100 after the h100 stock-out")
@@ -172,7 +101,7 @@ def _climb(cluster, hook, sub, watcher, watched) -> None:
         wait_until(lambda: _state(hook).get("serving") == "h100", 120,
                    message="serving on h100 once it is allowed again")
         # 3. The a100 request is released and Ray's idle timeout returns its node.
-        wait_until(lambda: "a100" not in _alive_types(), 120,
+        wait_until(lambda: "a100" not in alive_node_types(), 120,
                    message="a100 node released after the climb")
         climbed = len(consumer.sent)
         wait_until(lambda: sum(r == "h100" for _, r, _ in consumer.sent[climbed:]) >= 3, 30,

@@ -7,13 +7,14 @@ released, and no task is lost.
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 
 from ray_ladder import Ladder
 from ray_ladder.testing import wait_until
+from tests.autoscale._fake import Consumer, alive_node_types, fake_cluster
+from tests.autoscale._fake import hook_state as _state
 
 pytestmark = pytest.mark.ray
 
@@ -35,22 +36,8 @@ FLEX = {"ladder/h100-flex": 1.0}
 
 @pytest.fixture(scope="module")
 def cluster():
-    import ray
-
-    from ray_ladder.autoscale.fake.cluster import FakeAutoscalingCluster, fake_worker_type
-
-    c = FakeAutoscalingCluster(
-        {name: fake_worker_type({f"ladder/{name}": 1}, labels={"ladder.node-type": name})
-         for name in ("h100-flex", "a100")},
-        head_resources={"CPU": 1, "ladder/cpu": 8}, schedule="h100-flex unavailable",
-        idle_timeout_minutes=0.1)
-    c.start()
-    try:
-        ray.init(address=c.address, logging_level="WARNING", log_to_driver=False)
+    with fake_cluster(("h100-flex", "a100"), "h100-flex unavailable") as c:
         yield c
-    finally:
-        ray.shutdown()
-        c.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -67,55 +54,12 @@ def hook(cluster):
     stop_hook(LADDER.name)
 
 
-def _state(hook) -> dict:
-    import ray
-
-    return ray.get(hook.state.remote(), timeout=30)
-
-
-class Consumer:
-    """Sends one small task every 0.2 s to the rung the hook says is serving."""
-
-    def __init__(self, hook) -> None:
-        import ray
-
-        @ray.remote(max_retries=0)
-        def where(rung: str) -> tuple[str, str]:
-            return rung, ray.get_runtime_context().get_node_labels().get("ladder.node-type", "")
-
-        self.hook, self.where = hook, where
-        self.sent: list[tuple[float, str | None, object]] = []
-        self.requests: list[list[dict]] = []  # the hook's node request at each send
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.2):
-            state = _state(self.hook)
-            if not state:
-                continue
-            rung = state["serving"]
-            self.requests.append(state["request"])
-            ref = None if rung is None else \
-                self.where.options(**LADDER.rung(rung).placement()).remote(rung)
-            self.sent.append((time.time(), rung, ref))
-
-    def __enter__(self) -> Consumer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-
 def test_queued_rung_stands_while_a100_serves_then_climbs_when_granted(cluster, hook):
-    import ray
     from click.testing import CliRunner
 
     from ray_ladder.cli import main
 
-    with Consumer(hook) as consumer:
+    with Consumer(hook, LADDER) as consumer:
         # 1. The flex-start request is refused: a100 serves, the queue stands.
         wait_until(lambda: _state(hook).get("serving") == "a100", 180,
                    message="serving on a100 while h100-flex is queued")
@@ -142,14 +86,12 @@ def test_queued_rung_stands_while_a100_serves_then_climbs_when_granted(cluster, 
         cluster.set_schedule(None)
         wait_until(lambda: _state(hook).get("serving") == "h100-flex", 180,
                    message="serving on h100-flex once the queue is granted")
-        wait_until(lambda: "a100" not in {n["Labels"].get("ladder.node-type")
-                                         for n in ray.nodes() if n["Alive"]}, 120,
+        wait_until(lambda: "a100" not in alive_node_types(), 120,
                    message="a100 node released after the climb")
         climbed = len(consumer.sent)
         wait_until(lambda: sum(r == "h100-flex" for _, r, _ in consumer.sent[climbed:]) >= 3,
                    30, message="tasks went to h100-flex after the climb")
-    assert all(ref is not None for _, _, ref in consumer.sent), "no rung to send work to"
-    results = ray.get([ref for _, _, ref in consumer.sent], timeout=120)  # raises if lost
+    results = consumer.results()  # raises if any task was lost
     assert len(results) == len(consumer.sent) > 20
     assert all(node == (rung if rung != "cpu" else "head") for rung, node in results)
     order = [r for i, (r, _) in enumerate(results) if i == 0 or results[i - 1][0] != r]
