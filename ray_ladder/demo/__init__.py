@@ -1,1 +1,2 @@
-"""The `make demo` story: a digit-serving ladder on an embedded LocalCluster."""
+"""The `make demo` stories on an embedded LocalCluster: chat streams through an LLM
+ladder (``llm/``, the default) and a digit-serving ladder."""

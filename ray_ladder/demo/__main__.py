@@ -43,7 +43,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="seconds to wait for the top rung's first answer after deploying")
     p.add_argument("--climb-timeout", type=float, default=45.0,
                    help="seconds to wait for answers from the top rung after it returns")
-    p.add_argument("--tail", type=float, default=5.0, help="seconds of traffic after the climb")
+    p.add_argument("--tail", type=float, default=None,
+                   help="seconds of traffic after the climb (default: 10 for llm, so most "
+                        "clients start a stream on the top rung again; 5 for digits)")
     p.add_argument("--deadline", type=float, default=420.0,
                    help="hard limit on the whole run (above the sum of the phase limits); past it "
                         "the cluster is torn down")
@@ -54,7 +56,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     llm.add_argument("--max-tokens", type=int, default=96, help="tokens per answer")
     llm.add_argument("--kill-at", type=float, default=12.0,
                      help="seconds after traffic starts: SIGKILL the top rung's node")
-    llm.add_argument("--back-at", type=float, default=27.0,
+    llm.add_argument("--back-at", type=float, default=24.0,
                      help="seconds after traffic starts: a new top-rung node joins")
     llm.add_argument("--drain-timeout", type=float, default=30.0,
                      help="seconds the open streams get to finish after the story")
@@ -63,6 +65,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.ladder is None:
         args.ladder = LLM_LADDER if args.story == "llm" else DEFAULT_LADDER
+    if args.tail is None:
+        args.tail = 10.0 if args.story == "llm" else 5.0
     if args.clients < 1 or args.max_tokens < 1:
         p.error("--clients and --max-tokens must be >= 1")
     return args

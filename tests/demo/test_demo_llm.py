@@ -372,8 +372,9 @@ def test_models_are_ordered_by_quality_like_the_ladder():
 def test_cli_defaults_tell_the_llm_story():
     args = parse_args([])
     assert args.story == "llm" and args.ladder == LLM_LADDER and args.clients == 20
-    assert args.kill_at < args.back_at and args.out == Path("demo-out")
-    assert parse_args(["--story", "digits"]).ladder.name == "demo.yaml"
+    assert args.kill_at < args.back_at and args.out == Path("demo-out") and args.tail == 10
+    digits = parse_args(["--story", "digits"])
+    assert digits.ladder.name == "demo.yaml" and digits.tail == 5
     with pytest.raises(SystemExit):
         parse_args(["--clients", "0"])
 
