@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import threading
 import time
 from typing import Any
@@ -49,8 +50,13 @@ rungs:
   - {name: cpu, num_cpus: 0.1, params: {model: tiny-1b}}
   - {name: shed, kind: shed}
 """)
-NODES = {"h100": {"num_cpus": 1, "resources": {"ladder/h100": 2}},
+NODES = {"h100": {"num_cpus": 2, "resources": {"ladder/h100": 2}},  # ladder + plain replica
          "a100": {"num_cpus": 1, "resources": {"ladder/a100": 1}}}
+
+
+def say(what: str) -> None:
+    """Progress on stderr (stdout carries the JSON alone)."""
+    print(f"[llm_ladder {time.strftime('%H:%M:%S')}] {what}", file=sys.stderr, flush=True)
 
 
 def machine() -> dict[str, Any]:
@@ -192,6 +198,7 @@ def main() -> None:
     args = parser.parse_args()
     before = machine()
     started = time.monotonic()
+    say("starting the cluster")
     with LocalCluster(NODES, log_to_driver=False) as cluster:
         port = free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": port},
@@ -205,9 +212,12 @@ def main() -> None:
         base = f"http://127.0.0.1:{port}"
         wait_until(lambda: httpx.get(base + "/ladder/-/ladder").json()["current"] == "h100",
                    60, 0.1, "ladder on h100")
+        say("apps up; warming")
         run_streams(f"{base}/ladder", 2, 5)  # warm both paths
         run_streams(f"{base}/plain", 2, 5)
+        say("overhead rounds")
         result = overhead(base, args.rounds, args.streams, args.tokens)
+        say(f"overhead done: {result}")
         # Paced streams for the fall: 40 tokens/s, like a loaded GPU's per-stream rate.
         serve.run(build_app(LADDER, dict.fromkeys(["h100", "a100", "cpu"], CounterRung),
                             init_kwargs=dict.fromkeys(["h100", "a100", "cpu"],
@@ -218,7 +228,9 @@ def main() -> None:
         wait_until(lambda: httpx.get(base + "/ladder/-/ladder").json()["current"] == "h100"
                    and run_streams(f"{base}/ladder", 1, 3)[0]["pieces"][0][1] == "h100",
                    60, 0.2, "paced ladder on h100")
+        say("fall")
         result.update(fall(cluster, base, args.fall_streams, 120))
+        say("fall done")
         serve.shutdown()
     result["goals_met"] = {
         "ttft_ratio": result["ttft_ratio"] <= 1.10,

@@ -155,10 +155,10 @@ class StreamDriver:
                 attempts.append(Attempt(name, failed.reason, time.time()))
                 if not failed.timeout:
                     router.rung_failed(name, failed.reason)
-                if record.text:
+                if record.text:  # a move the client sees; before any text there is none
                     record.switches.append({"from": name, "at_token": record.completion_tokens,
                                             "reason": failed.reason})
-                previous, reason = name, failed.reason
+                    previous, reason = name, failed.reason
                 continue
             self._finished(name, record, cache_key, constraints)
             return
