@@ -20,6 +20,7 @@ MAY_IMPORT = {
     "task": {"core", "cluster", "_lazy"},
     "serve": {"core", "cluster", "_lazy"},
     "tune": {"core", "cluster"},
+    "train": {"core", "cluster"},
     "autoscale": {"core", "cluster", "testing", "_lazy"},
     "simulate": {"core", "ray_ladder"},
     "cli": {"core", "node", "cluster", "autoscale", "simulate"},

@@ -14,6 +14,7 @@ from ray_ladder.core.capacity_type import CapacitySpec, check_rung_capacity
 from ray_ladder.core.config_errors import issues_from_validation_error
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.exceptions import ConfigError, ConfigIssue, InvalidConstraintsError
+from ray_ladder.core.train_shape import TrainShape, train_issue
 
 SLUG_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
 RungKind = Literal["compute", "cache", "shed"]
@@ -123,6 +124,9 @@ class Rung(BaseModel):
         "(default 1 for the top rung, 0 below).",
     )
     cache: CacheSettings | None = Field(None, description="Cache bounds (cache rungs only).")
+    train: TrainShape | None = Field(
+        None, description="How a Ray Train run uses this rung: workers, resources per worker."
+    )
     capacity: CapacitySpec | None = Field(None, description="How its nodes are bought: "
                                           "on-demand, spot, reservation, queued, block.")
 
@@ -179,6 +183,8 @@ class Rung(BaseModel):
         if self.standby_replicas is not None and self.kind != "compute":
             raise _rule("standby_replicas", "only compute rungs have replicas, not a {value} rung",
                         self.kind, "remove standby_replicas")
+        if (issue := train_issue(self)) is not None:
+            raise _rule(*issue)
         check_rung_capacity(self.kind, self.tags, self.capacity)
         for key, amount in self.resources.items():
             if amount <= 0:
