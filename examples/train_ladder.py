@@ -177,7 +177,13 @@ class GradientHub:
 
 
 def train_loop(config: dict[str, Any]) -> None:
-    """The per-worker training function (Ray Train v2), on whichever shape the ladder chose."""
+    """The per-worker training function (Ray Train v2), on whichever shape the ladder chose.
+
+    Config keys: ``steps``, ``checkpoint_every``, ``lr``, ``global_batch``, ``seed``,
+    ``step_time_s``, ``hub`` (the gradient hub's name); optional ``step_log`` (rank 0 appends
+    one JSON line per step: step, rung, world size, time, the step it resumed from) and
+    ``stop_file`` (end at the first checkpoint after that file appears).
+    """
     import ray
     import ray.train
     from ray.train.collective import broadcast_from_rank_zero
@@ -205,6 +211,7 @@ def train_loop(config: dict[str, Any]) -> None:
     resumed_from = model["step"]
     steps, every = int(config["steps"]), int(config.get("checkpoint_every", 5))
     step_time_s, log = float(config.get("step_time_s", 0.0)), config.get("step_log")
+    stop_file = config.get("stop_file")
     while model["step"] < steps:
         t0 = time.perf_counter()
         shards = shard_indices(config, model["step"], len(x))
@@ -227,6 +234,8 @@ def train_loop(config: dict[str, Any]) -> None:
                     save_model(model, d)
                 ckpt = ray.train.Checkpoint.from_directory(d) if rank == 0 else None
                 lt.report(metrics, checkpoint=ckpt)  # where the ladder may move the run up
+            if stop_file and broadcast_from_rank_zero(rank == 0 and os.path.exists(stop_file)):
+                return  # asked to end here (tests): the model so far is in that checkpoint
 
 
 def train_reference(config: dict[str, Any]) -> dict[str, Any]:
@@ -309,15 +318,16 @@ class FitThread(threading.Thread):
 
 def make_trainer(ladder: Any, config: dict[str, Any], storage: str, **kwargs: Any) -> Any:
     """A LadderTrainer of ``train_loop`` on ``ladder``, retrying lost nodes."""
-    import ray.train
+    # ray.train.RunConfig is this class when RAY_TRAIN_V2_ENABLED=1 was set before the first
+    # `import ray.train`; naming the v2 module works even when something imported it earlier.
+    from ray.train.v2.api.config import FailureConfig, RunConfig
 
     from ray_ladder.train import LadderTrainer
 
     return LadderTrainer(
         train_loop, ladder=ladder, train_loop_config=config,
-        run_config=ray.train.RunConfig(
-            name=f"digits-{uuid.uuid4().hex[:8]}", storage_path=storage,
-            failure_config=ray.train.FailureConfig(max_failures=3)),
+        run_config=RunConfig(name=f"digits-{uuid.uuid4().hex[:8]}", storage_path=storage,
+                             failure_config=FailureConfig(max_failures=3)),
         **kwargs)
 
 

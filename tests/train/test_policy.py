@@ -1,0 +1,238 @@
+"""LadderScalingPolicy's decisions, driven the way Ray Train's controller drives it, with
+Ray Train's own state objects, fake nodes and an in-memory KV (no cluster)."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from ray.exceptions import ActorDiedError
+from ray.train.v2._internal.execution.controller.state import (
+    FinishedState,
+    ResizingState,
+    RestartingState,
+    RunningState,
+    SchedulingState,
+    ShuttingDownState,
+)
+from ray.train.v2._internal.execution.scaling_policy import NoopDecision, ResizeDecision
+from ray.train.v2.api.exceptions import PreemptionError, WorkerGroupError
+from ray.train.v2.api.preemption import PreemptionInfo
+
+from ray_ladder import Constraints, Ladder, LadderExhaustedError
+from ray_ladder.cluster import ray_private
+from ray_ladder.core.placement import NodeState
+from ray_ladder.train import policy as policy_module
+from ray_ladder.train.policy import GroupWatch, LadderScalingPolicy, PolicySpec
+
+LADDER = Ladder.from_yaml("""
+name: gang
+policy: {promotion_hysteresis: 2, probe_interval_s: 0.001}
+rungs:
+  - {name: h100x8, resources: {ladder/h100: 2}, train: {workers: 4}, cost_per_hour: 98.4,
+     label_selector: {pool: big}, tags: {jurisdiction: us}}
+  - {name: a100x8, resources: {ladder/a100: 2}, train: {workers: 4}, cost_per_hour: 32.8,
+     tags: {jurisdiction: eu}}
+  - {name: a100x4, resources: {ladder/a100: 2}, train: {workers: 2}, cost_per_hour: 16.4,
+     tags: {jurisdiction: eu}, params: {grad_accum_steps: 2}}
+""")
+
+
+@pytest.fixture
+def kv(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    store: dict[str, str] = {}
+    monkeypatch.setattr(ray_private, "kv_put",
+                        lambda k, v, namespace=None: store.__setitem__(k, v))
+    monkeypatch.setattr(ray_private, "kv_get", lambda k, namespace=None: (
+        store[k].encode() if k in store else None))
+    monkeypatch.setattr(ray_private, "kv_del", lambda k, namespace=None: store.pop(k, None))
+    return store
+
+
+class Cluster:
+    """Fake nodes whose availability follows the worker group the policy starts."""
+
+    def __init__(self) -> None:
+        self.nodes = {"big": NodeState("big", True, {"ladder/h100": 8}, {"ladder/h100": 8},
+                                       {"pool": "big"}),
+                      "a1": NodeState("a1", True, {"ladder/a100": 4}, {"ladder/a100": 4}),
+                      "a2": NodeState("a2", True, {"ladder/a100": 4}, {"ladder/a100": 4})}
+
+    def __call__(self) -> list[NodeState]:
+        return list(self.nodes.values())
+
+    def kill(self, node_id: str) -> None:
+        n = self.nodes[node_id]
+        self.nodes[node_id] = NodeState(n.node_id, False, n.total, {}, n.labels)
+
+    def use(self, node_id: str, free: dict[str, float]) -> None:
+        n = self.nodes[node_id]
+        self.nodes[node_id] = NodeState(n.node_id, n.alive, n.total, free, n.labels)
+
+
+def group(*placements: tuple[str, dict[str, float]]) -> Any:
+    """A WorkerGroupState-like object: workers with their node and resources."""
+    return SimpleNamespace(workers=[SimpleNamespace(metadata=SimpleNamespace(node_id=n),
+                                                    resources=r) for n, r in placements])
+
+
+def make(cluster: Cluster, constraints: Constraints | None = None,
+         max_wait_s: float | None = 300.0) -> LadderScalingPolicy:
+    clock = iter(range(10_000))
+    policy = LadderScalingPolicy(SimpleNamespace(num_workers=4),
+                                 PolicySpec(LADDER, constraints, "run1", max_wait_s=max_wait_s),
+                                 nodes=cluster, clock=lambda: float(next(clock)),
+                                 wall_clock=lambda: 1000.0)
+    policy._maybe_send_resource_request = lambda: None  # no autoscaler here
+    policy_module._LIVE["run1"] = policy  # what after_controller_start does in the controller
+    return policy
+
+
+def start(policy: LadderScalingPolicy, decision: Any, workers: Any) -> None:
+    """What the controller does with a ResizeDecision: schedule, start, run."""
+    policy.after_controller_state_update(RestartingState(None) if policy.summary.spans
+                                         else RunningState(), SchedulingState(decision))
+    GroupWatch("run1").after_worker_group_start(SimpleNamespace(
+        get_worker_group_state=lambda: workers))
+    policy.after_controller_state_update(SchedulingState(decision), RunningState())
+
+
+def test_starts_on_the_best_gang_with_its_label_selector(kv: dict[str, str]) -> None:
+    policy = make(Cluster())
+    decision = policy.make_decision_for_non_running_worker_group()
+    assert isinstance(decision, ResizeDecision)
+    assert (decision.num_workers, decision.resources_per_worker) == (4, {"ladder/h100": 2.0})
+    assert policy.on_controller_start_worker_group(scaling_config=None, num_workers=4) == {
+        "pool": "big"}
+    event = policy.summary.events[0]
+    assert (event["from"], event["to"]) == (None, "h100x8")
+    assert "first placement; free: h100x8, a100x8, a100x4" in event["reason"]
+    summary = json.loads(kv["train/run1/summary"])
+    assert summary["events"][0]["to"] == "h100x8"
+
+
+def test_a_lost_node_restarts_the_group_on_the_next_gang_without_it(kv: dict[str, str]) -> None:
+    cluster = Cluster()
+    policy = make(cluster)
+    start(policy, policy.make_decision_for_non_running_worker_group(),
+          group(*[("big", {"ladder/h100": 2.0})] * 4))
+    cluster.use("big", {})
+    assert isinstance(policy.make_decision_for_running_worker_group(
+        group(*[("big", {"ladder/h100": 2.0})] * 4), None), NoopDecision)
+    # SIGKILL: Ray Train sees its workers die; the GCS still shows the node alive.
+    error = WorkerGroupError("lost", {r: ActorDiedError() for r in range(4)})
+    policy.after_controller_state_update(RunningState(), RestartingState(error))
+    assert policy.summary.spans[-1].ended_by == "workers lost"
+    assert set(policy.suspects) == {"big"}
+    decision = policy.make_decision_for_non_running_worker_group()
+    assert (decision.num_workers, decision.resources_per_worker) == (4, {"ladder/a100": 2.0})
+    assert policy.on_controller_start_worker_group(scaling_config=None, num_workers=4) is None
+    assert policy.summary.events[-1]["direction"] == "down"
+    assert "h100x8 workers lost; free: a100x8, a100x4" in policy.summary.events[-1]["reason"]
+
+
+def test_a_failure_of_the_code_restarts_in_the_same_shape(kv: dict[str, str]) -> None:
+    cluster = Cluster()
+    policy = make(cluster)
+    start(policy, policy.make_decision_for_non_running_worker_group(),
+          group(*[("big", {"ladder/h100": 2.0})] * 4))
+    cluster.use("big", {})  # its own group still holds the node at the restart decision
+    error = WorkerGroupError("bug", {0: ValueError("my bug")})
+    policy.after_controller_state_update(RunningState(), RestartingState(error))
+    assert policy.summary.spans[-1].ended_by == "workers failed" and not policy.suspects
+    decision = policy.make_decision_for_non_running_worker_group()
+    assert decision.resources_per_worker == {"ladder/h100": 2.0}
+
+
+def test_a_preemption_notice_leaves_the_drained_node_out(kv: dict[str, str]) -> None:
+    policy = make(Cluster())
+    start(policy, policy.make_decision_for_non_running_worker_group(),
+          group(*[("big", {"ladder/h100": 2.0})] * 4))
+    info = PreemptionInfo(deadline_ms=None, preempted_node_to_ranks={"big": [0, 1, 2, 3]})
+    policy.after_controller_state_update(RunningState(), RestartingState(PreemptionError(info)))
+    assert policy.summary.spans[-1].ended_by == "preempted"
+    decision = policy.make_decision_for_non_running_worker_group()
+    assert decision.resources_per_worker == {"ladder/a100": 2.0}  # big still alive: left out
+
+
+def test_climbs_at_a_checkpoint_the_workers_wait_at(kv: dict[str, str]) -> None:
+    cluster = Cluster()
+    cluster.kill("big")
+    policy = make(cluster)
+    a100 = group(("a1", {"ladder/a100": 2.0}), ("a1", {"ladder/a100": 2.0}),
+                 ("a2", {"ladder/a100": 2.0}), ("a2", {"ladder/a100": 2.0}))
+    start(policy, policy.make_decision_for_non_running_worker_group(), a100)
+    assert policy.placed == "a100x8"
+    cluster.nodes["big"] = NodeState("big", True, {"ladder/h100": 8}, {"ladder/h100": 8},
+                                     {"pool": "big"})
+    policy.make_decision_for_running_worker_group(a100, None)  # 1st observation
+    assert "train/run1/climb" not in kv
+    assert isinstance(policy.make_decision_for_running_worker_group(a100, None), NoopDecision)
+    request = json.loads(kv["train/run1/climb"])  # 2nd: hysteresis met, ask the workers
+    assert request == {"id": 1, "to": "h100x8", "cancelled": False}
+    # Not parked yet: nothing moves mid-step.
+    assert isinstance(policy.make_decision_for_running_worker_group(a100, None), NoopDecision)
+    kv["train/run1/parked"] = "1"  # rank 0: every worker waits at a committed checkpoint
+    decision = policy.make_decision_for_running_worker_group(a100, None)
+    assert isinstance(decision, ResizeDecision)
+    assert decision.resources_per_worker == {"ladder/h100": 2.0}
+    assert "train/run1/climb" not in kv and "train/run1/parked" not in kv
+    policy.after_controller_state_update(RunningState(), ResizingState(decision))
+    assert policy.summary.spans[-1].ended_by == "climbed to h100x8"
+    assert policy.summary.events[-1]["direction"] == "up"
+    assert "climb at checkpoint" in policy.summary.events[-1]["reason"]
+
+
+def test_a_climb_whose_rung_went_away_is_cancelled(kv: dict[str, str]) -> None:
+    cluster = Cluster()
+    policy = make(cluster)
+    big = cluster.nodes["big"]
+    cluster.kill("big")
+    a100 = group(*[("a1", {"ladder/a100": 2.0})] * 2, *[("a2", {"ladder/a100": 2.0})] * 2)
+    start(policy, policy.make_decision_for_non_running_worker_group(), a100)
+    cluster.nodes["big"] = big
+    policy.make_decision_for_running_worker_group(a100, None)
+    policy.make_decision_for_running_worker_group(a100, None)
+    assert json.loads(kv["train/run1/climb"])["to"] == "h100x8"
+    cluster.use("big", {"ladder/h100": 2})  # someone else took it
+    kv["train/run1/parked"] = "1"
+    assert isinstance(policy.make_decision_for_running_worker_group(a100, None), NoopDecision)
+    assert json.loads(kv["train/run1/climb"])["cancelled"] is True  # the workers go on
+    assert policy.placed == "a100x8"
+
+
+def test_constraints_hold_at_every_placement(kv: dict[str, str]) -> None:
+    cluster = Cluster()
+    policy = make(cluster, Constraints(jurisdiction="eu"))
+    decision = policy.make_decision_for_non_running_worker_group()
+    assert decision.resources_per_worker == {"ladder/a100": 2.0}  # big is free, but us
+    a100 = group(*[("a1", {"ladder/a100": 2.0})] * 2, *[("a2", {"ladder/a100": 2.0})] * 2)
+    start(policy, decision, a100)
+    for _ in range(5):
+        policy.make_decision_for_running_worker_group(a100, None)
+    assert "train/run1/climb" not in kv  # never asked to climb to the us rung
+
+
+def test_waits_when_no_gang_fits_then_raises_exhausted(kv: dict[str, str]) -> None:
+    cluster = Cluster()
+    for n in ("big", "a1", "a2"):
+        cluster.kill(n)
+    waiting = make(cluster)
+    assert isinstance(waiting.make_decision_for_non_running_worker_group(), NoopDecision)
+    policy = make(cluster, max_wait_s=0.5)
+    assert isinstance(policy.make_decision_for_non_running_worker_group(), NoopDecision)
+    with pytest.raises(LadderExhaustedError) as info:
+        policy.make_decision_for_non_running_worker_group()
+    assert [a.rung for a in info.value.attempts] == ["h100x8", "a100x8", "a100x4"]
+
+
+def test_the_history_closes_with_the_end_of_the_run(kv: dict[str, str]) -> None:
+    policy = make(Cluster())
+    start(policy, policy.make_decision_for_non_running_worker_group(),
+          group(*[("big", {"ladder/h100": 2.0})] * 4))
+    policy.after_controller_state_update(RunningState(), ShuttingDownState(FinishedState()))
+    span = policy.summary.spans[-1]
+    assert (span.rung, span.ended_by, span.node_ids) == ("h100x8", "completed", ("big",) * 4)
+    assert json.loads(kv["train/run1/summary"])["path"] == ["h100x8"]
