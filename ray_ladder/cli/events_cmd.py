@@ -64,8 +64,9 @@ def events(address: str, ladder_name: str | None, since: str | None, follow: boo
     Every part (Serve router, @ladder_task orchestrator, Tune scheduler, autoscaler hook)
     records them in the cluster's internal KV, so they outlive the process that saw them.
     """
+    window = parse_duration(since) if since else None  # a bad value fails before connecting
     reader = open_cluster(address)
-    start = time.time() - parse_duration(since) if since else None
+    start = time.time() - window if window is not None else None
     seen: set[str] = set()
     try:
         while True:

@@ -68,8 +68,8 @@ def _title(user: dict[str, Any]) -> str:
 def user_view(user: dict[str, Any]) -> Group:
     """The rich view of one ladder in use: a table per rung, then what differs and the
     last transitions."""
-    table = Table(title=_title(user), title_justify="left")
-    parts: list[Any] = [table]
+    table = Table()
+    parts: list[Any] = [Text(_title(user), style="bold"), table]
     if user["part"] == "hook":
         for col in ("rung", "role", "status", "nodes"):
             table.add_column(col)

@@ -79,7 +79,7 @@ def draw(events: Sequence[Mapping[str, Any]], ladders: Mapping[str, Mapping[str,
     walls = [float(e["wall"]) for e in events]
     t0, t1 = min(walls), max(max(walls), end or 0.0)
     span = max(t1 - t0, 1.0)
-    fig = Figure(figsize=(11, 0.6 + 2.6 * len(names)), layout="constrained")
+    fig = Figure(figsize=(12, 0.6 + 2.4 * len(names)), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(len(names), 1, squeeze=False, sharex=True)[:, 0]
     for ax, ladder in zip(axes, names, strict=True):
@@ -87,6 +87,9 @@ def draw(events: Sequence[Mapping[str, Any]], ladders: Mapping[str, Mapping[str,
         order = rung_order(ladder, evs, ladders)
         y_of = {name: i for i, name in enumerate(order)}
         none_y = len(order)
+        # A "(none)" row only where a user was left without a rung.
+        labels = order + (["(none)"] if any(e.get("kind") == "transition"
+                                            and e.get("to") is None for e in evs) else [])
         for (part, source), steps in sorted(lines(evs).items()):
             xs = [t - t0 for t, _ in steps] + [t1 - t0]
             ys = [none_y if r is None else y_of[r] for _, r in steps]
@@ -103,11 +106,11 @@ def draw(events: Sequence[Mapping[str, Any]], ladders: Mapping[str, Mapping[str,
             seen.add(mark[2])
             ax.scatter([float(e["wall"]) - t0], [y], marker=mark[0], color=mark[1], s=70,
                        zorder=3, label=label)
-        ax.set_yticks(range(none_y + 1), order + ["(none)"])
-        ax.set_ylim(none_y + 0.5, -0.5)  # best rung on top
+        ax.set_yticks(range(len(labels)), labels)
+        ax.set_ylim(len(labels) - 0.5, -0.5)  # best rung on top
         ax.set_title(f"ladder {ladder}", loc="left")
         ax.grid(True, alpha=0.3)
-        ax.legend(loc="upper right", fontsize=8)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     start = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t0))
     axes[-1].set_xlabel(f"seconds since {start}")
     axes[-1].set_xlim(-0.02 * span, span * 1.02)
@@ -128,8 +131,9 @@ def draw(events: Sequence[Mapping[str, Any]], ladders: Mapping[str, Mapping[str,
               type=click.Path(dir_okay=False), help="PNG to write.")
 def timeline(address: str, ladder_name: str | None, since: str | None, output: str) -> None:
     """Draw rung over time per ladder from the cluster's events, events marked."""
+    window = parse_duration(since) if since else None  # a bad value fails before connecting
     reader = open_cluster(address)
-    start = time.time() - parse_duration(since) if since else None
+    start = time.time() - window if window is not None else None
     events = [e for e in reader.events(ladder=ladder_name, since=start)
               if e.get("kind") in ("transition", *MARKS)]
     if not events:

@@ -18,7 +18,7 @@ from ray_ladder.core.placement import NodeState, rung_capacity
 from ray_ladder.core.spec import Ladder
 
 #: Give up on an address whose GCS has not answered within this long.
-CONNECT_TIMEOUT_S = 8.0
+CONNECT_TIMEOUT_S = 6.0
 #: An entry not refreshed within max(STALE_STEPS x its interval, STALE_MIN_S) is gone.
 STALE_STEPS = 5
 STALE_MIN_S = 15.0
@@ -52,12 +52,19 @@ def connect(address: str = "auto", timeout_s: float = CONNECT_TIMEOUT_S) -> Clus
     except (ConnectionError, ValueError) as err:
         raise ClusterUnreachable(f"no Ray cluster found for address {address!r}: {err}"
                                  ) from None
-    host, port = _split(resolved)
-    try:  # a closed port answers at once; the GCS client alone would retry for 40 s
-        socket.create_connection((host, port), timeout=min(2.0, timeout_s)).close()
-    except OSError as err:
-        raise ClusterUnreachable(f"nothing answers at {resolved} ({err.strerror or err})"
-                                 ) from None
+    # Ray resolves 127.0.0.1 to this node's IP; knock where the user pointed first.
+    shown = address if address != "auto" and ":" in address else resolved
+    if shown != resolved:
+        shown = f"{shown} ({resolved})"
+    for target in dict.fromkeys([address if ":" in address else resolved, resolved]):
+        host, port = _split(target)
+        try:  # a closed port answers at once; the GCS client alone would retry for 40 s
+            socket.create_connection((host, port), timeout=min(2.0, timeout_s)).close()
+            break
+        except OSError as err:
+            why = err.strerror or str(err)
+    else:
+        raise ClusterUnreachable(f"nothing answers at {shown}: {why}")
     box: dict[str, Any] = {}
 
     def make() -> None:
@@ -72,8 +79,8 @@ def connect(address: str = "auto", timeout_s: float = CONNECT_TIMEOUT_S) -> Clus
     thread.start()
     thread.join(timeout_s)
     if "client" not in box:
-        why = box.get("error") or f"no answer within {timeout_s:g} s"
-        raise ClusterUnreachable(f"no Ray GCS at {resolved}: {why}")
+        reason = box.get("error") or f"no answer within {timeout_s:g} s"
+        raise ClusterUnreachable(f"no Ray GCS at {shown}: {reason}")
     return ClusterReader(resolved, box["client"])
 
 

@@ -72,7 +72,7 @@ METRICS: tuple[MetricSpec, ...] = (
                "Ladder moves; direction `down`/`up`/`none` (first pick); reason `first`, "
                "`lost`, `exhausted`, `returned`, `promoted`, `other`", "serve, task, tune, hook"),
     MetricSpec("ladder_alerts", "counter", (_L, _P),
-               "`max_degraded_seconds` alerts (one per degraded episode)", "serve, task, tune"),
+               "`max_degraded_seconds` alerts (one per degraded episode)", "serve, task"),
     MetricSpec("ladder_cache_hits", "counter", (_L,),
                "Answers from the cache rung", "serve"),
     MetricSpec("ladder_sheds", "counter", (_L,),
@@ -192,13 +192,13 @@ def failure_reason(reason: str) -> str:
         'NodeDiedError'
     """
     text = reason.lower()
+    if text.startswith("busy"):
+        return "busy"
     if "within" in text or "timed out" in text or "timeout" in text:
         return "timeout"
     if "went down" in text or "marked down" in text:
         return "rung_down"
     if "unobtainable" in text:
         return "unobtainable"
-    if text.startswith("busy"):
-        return "busy"
     match = _ERROR_CLASS.match(reason)
     return match.group(1) if match else "other"
