@@ -215,4 +215,4 @@ if __name__ == "__main__":
     from _json_out import json_stdout
 
     out = json_stdout()
-    print(json.dumps(main(), indent=2), file=out)
+    print(json.dumps(main(), indent=2), file=out, flush=True)

@@ -110,4 +110,4 @@ if __name__ == "__main__":
     from _json_out import json_stdout
 
     out = json_stdout()
-    print(json.dumps(main()), file=out)
+    print(json.dumps(main()), file=out, flush=True)

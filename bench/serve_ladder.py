@@ -333,7 +333,7 @@ def main():
             serve.shutdown()
         finally:
             cluster.shutdown()
-    print(json.dumps(out, indent=2), file=JSON_OUT)
+    print(json.dumps(out, indent=2), file=JSON_OUT, flush=True)
 
 
 if __name__ == "__main__":

@@ -225,7 +225,7 @@ def main() -> None:
                     "bench_wall_s": round(time.perf_counter() - started, 1),
                     "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)},
     }
-    print(json.dumps(out), file=JSON_OUT)
+    print(json.dumps(out), file=JSON_OUT, flush=True)  # Ray teardown may end the process
 
 
 if __name__ == "__main__":

@@ -15,7 +15,16 @@ from __future__ import annotations
 
 import time
 
+from pydantic import BaseModel, ConfigDict
+
 from ray_ladder import RungContext
+
+
+class Prompt(BaseModel):
+    """What these rungs take: ``{"prompt": "..."}`` (anything else is a 400)."""
+
+    model_config = ConfigDict(extra="forbid")
+    prompt: str = ""
 
 
 class BigModel:
@@ -25,9 +34,11 @@ class BigModel:
         self.rung = rung
         self.latency_s = latency_s
 
-    def __call__(self, payload: dict) -> dict:
+    input_model = Prompt  # the router answers 400 to a payload that does not match
+
+    def __call__(self, payload: Prompt) -> dict:
         time.sleep(self.latency_s)  # the "GPU" at work
-        prompt = str(payload.get("prompt", ""))
+        prompt = payload.prompt
         return {"answer": f"[{self.rung.params.get('model')}] a thorough reply to {prompt!r}",
                 "dtype": self.rung.params.get("dtype")}
 
@@ -38,8 +49,10 @@ class SmallModel:
     def __init__(self, rung: RungContext):
         self.rung = rung
 
-    async def __call__(self, payload: dict) -> dict:  # async rung classes work too
-        prompt = str(payload.get("prompt", ""))
+    input_model = Prompt
+
+    async def __call__(self, payload: Prompt) -> dict:  # async rung classes work too
+        prompt = payload.prompt
         return {"answer": f"[{self.rung.params.get('model')}] a short reply to {prompt!r}"}
 
 
@@ -49,7 +62,9 @@ class TinyModel:
     def __init__(self, rung: RungContext):
         self.rung = rung
 
-    def __call__(self, payload: dict) -> dict:
+    input_model = Prompt
+
+    def __call__(self, payload: Prompt) -> dict:
         return {"answer": f"[{self.rung.params.get('model')}] ok"}
 
 

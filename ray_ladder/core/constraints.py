@@ -86,6 +86,59 @@ class Constraints(BaseModel):
             and self.sites is None
         )
 
+    def narrow(self, request: Constraints | None) -> Constraints:
+        """These constraints (an operator's binding) narrowed by one request's own.
+
+        A request may only narrow: the same jurisdiction or none, a cost cap at or below
+        the bound one, a quality floor at or above it, sites among the bound sites. The
+        result holds the tighter value of each field.
+
+        Raises:
+            ConstraintNotAllowedError: the request asks for more than the binding allows
+                (each offending field named with both values).
+
+        Example:
+            >>> Constraints(max_cost_per_hour=5.0).narrow(Constraints(min_quality=0.5))
+            Constraints(jurisdiction=None, max_cost_per_hour=5.0, min_quality=0.5, sites=None)
+        """
+        from ray_ladder.core.exceptions import ConstraintNotAllowedError
+
+        if request is None or request.empty:
+            return self
+        problems = []
+        jurisdiction = self.jurisdiction
+        if request.jurisdiction is not None:
+            if jurisdiction is not None and request.jurisdiction != jurisdiction:
+                problems.append(f"jurisdiction {request.jurisdiction!r}: bound to "
+                                f"{jurisdiction!r}")
+            jurisdiction = request.jurisdiction
+        cost = self.max_cost_per_hour
+        if request.max_cost_per_hour is not None:
+            if cost is not None and request.max_cost_per_hour > cost:
+                problems.append(f"max_cost_per_hour {request.max_cost_per_hour:g}: bound to "
+                                f"at most {cost:g}")
+            cost = request.max_cost_per_hour if cost is None \
+                else min(cost, request.max_cost_per_hour)
+        quality = self.min_quality
+        if request.min_quality is not None:
+            if quality is not None and request.min_quality < quality:
+                problems.append(f"min_quality {request.min_quality:g}: bound to at least "
+                                f"{quality:g}")
+            quality = request.min_quality if quality is None \
+                else max(quality, request.min_quality)
+        sites = self.sites
+        if request.sites is not None:
+            outside = [s for s in request.sites if sites is not None and s not in sites]
+            if outside:
+                problems.append(f"sites {outside}: bound to {list(sites or ())}")
+            sites = request.sites
+        if problems:
+            raise ConstraintNotAllowedError(
+                "the request asks for more than the bound constraints allow: "
+                + "; ".join(problems))
+        return Constraints(jurisdiction=jurisdiction, max_cost_per_hour=cost,
+                           min_quality=quality, sites=sites)
+
     def key(self) -> tuple[object, ...]:
         """A hashable key (used by caches keyed on constraints)."""
         return (self.jurisdiction, self.max_cost_per_hour, self.min_quality, self.sites)

@@ -5,7 +5,9 @@ Hierarchy::
     LadderError                         root: catch this to catch everything ours
     ├── ConfigError (also ValueError)    a ladder file or dict is invalid
     ├── InvalidConstraintsError (also ValueError)
-    │                                    a request's constraints are malformed or unknown
+    │   │                                a request's constraints are malformed or unknown
+    │   └── ConstraintNotAllowedError    a request asks for more than the operator's bound
+    │                                    constraints allow (HTTP 403)
     ├── LadderExhaustedError             every eligible rung was tried or unobtainable;
     │                                    carries every attempt, like a failover history
     └── RungUnavailableError             raised BY a rung class: this rung cannot answer
@@ -75,6 +77,20 @@ class InvalidConstraintsError(LadderError, ValueError):
     """Constraints that are malformed, or name a value no rung of the ladder knows.
 
     HTTP callers turn it into a 400 answer.
+    """
+
+
+class ConstraintNotAllowedError(InvalidConstraintsError):
+    """A request or call asks for more than the constraints an operator bound allow.
+
+    Bound constraints (an app's, a route's, a ``@ladder_task``'s, a Tune run's) can only
+    be narrowed: another jurisdiction, a higher cost cap, a lower quality floor or a site
+    outside the bound ones is refused, never silently widened. HTTP answers 403.
+
+    Example:
+        >>> Constraints(jurisdiction="eu").narrow(Constraints(jurisdiction="us"))
+        ... # doctest: +SKIP
+        ConstraintNotAllowedError: jurisdiction 'us' is not allowed: bound to 'eu'
     """
 
 

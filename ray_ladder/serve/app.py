@@ -9,8 +9,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.context import RungContext
 from ray_ladder.core.spec import Ladder, as_ladder
+from ray_ladder.serve.bindings import Bindings
 from ray_ladder.serve.core import standby_replicas
 from ray_ladder.serve.llm.protocol import is_llm_class
 from ray_ladder.serve.replica import replica_class
@@ -35,6 +37,12 @@ def _resolve_class(name: str, target: type | str) -> type:
             return value
         raise ValueError(f"rung {name!r}: {target!r} is a {type(value).__name__}, not a class")
     raise ValueError(f"rung {name!r}: expected a class or 'module:Class', got {target!r}")
+
+
+def _constraints(value: Constraints | Mapping[str, Any] | None) -> Constraints | None:
+    if value is None or isinstance(value, Constraints):
+        return value
+    return Constraints.model_validate(dict(value))
 
 
 def _merge(base: dict[str, Any], extra: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -92,6 +100,8 @@ def build_app(
     router_label_selector: Mapping[str, str] | None = None,
     router_options: Mapping[str, Any] | None = None,
     deployment_options: Mapping[str, Mapping[str, Any]] | None = None,
+    constraints: Constraints | Mapping[str, Any] | None = None,
+    routes: Mapping[str, Constraints | Mapping[str, Any]] | None = None,
 ) -> Any:
     """The Serve application of ``ladder``: ``serve.run(build_app(...))``.
 
@@ -117,6 +127,12 @@ def build_app(
         router_options: Extra Serve options of the router deployment.
         deployment_options: Rung name -> extra Serve options of its deployment (merged,
             e.g. ``{"h100": {"max_ongoing_requests": 32}}``).
+        constraints: Constraints bound to every request of the app (residency, cost,
+            quality): a request's own may only narrow them (403 otherwise), the cache
+            never crosses them.
+        routes: Path prefix inside the app -> constraints bound to the requests under it
+            (``{"/eu": {"jurisdiction": "eu"}}``: ``/eu/v1/chat/completions`` and
+            ``POST /eu`` run EU-only while ``/`` stays global); narrowed by ``constraints``.
 
     Raises:
         ValueError: a compute rung without class, a class for an unknown rung, or a
@@ -148,6 +164,9 @@ def build_app(
         raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
     if assign_timeout_s <= 0:
         raise ValueError(f"assign_timeout_s must be > 0, got {assign_timeout_s}")
+    bindings = Bindings(ladder, _constraints(constraints),
+                        {p: c for p, c in ((p, _constraints(v)) for p, v in
+                                           (routes or {}).items()) if c is not None})
 
     bound: dict[str, Any] = {}
     for rung_name in compute:
@@ -168,6 +187,7 @@ def build_app(
                     router_options)
     settings = {
         "llm_rungs": [n for n in compute if is_llm_class(_resolve_class(n, rungs[n]))],
+        "bindings": (bindings.default, bindings.routes),
         "max_body_bytes": max_body_bytes,
         "assign_timeout_s": assign_timeout_s,
         "request_timeout_s": request_timeout_s,
@@ -201,6 +221,10 @@ class LadderAppArgs(BaseModel):
         None, description="Pin the router with node labels instead of the head.")
     deployment_options: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Rung name -> extra Serve deployment options.")
+    constraints: dict[str, Any] | None = Field(
+        None, description="Constraints bound to every request (requests may only narrow).")
+    routes: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Path prefix -> constraints bound to its requests.")
 
 
 def app_builder(args: dict[str, Any]) -> Any:
@@ -227,4 +251,6 @@ def app_builder(args: dict[str, Any]) -> Any:
         down_cooldown_s=parsed.down_cooldown_s,
         router_label_selector=parsed.router_label_selector,
         deployment_options=parsed.deployment_options,
+        constraints=parsed.constraints,
+        routes=parsed.routes,
     )

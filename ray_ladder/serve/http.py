@@ -115,6 +115,9 @@ def constraints_from_headers(headers: Mapping[str, str], ladder: Ladder) -> Cons
     sites = None
     if sites_raw is not None:
         sites = tuple(s.strip() for s in sites_raw.split(",") if s.strip())
+        if not sites:
+            raise HttpError(400, f"{SITES_HEADER} names no site (got {sites_raw!r}): send "
+                                 "a comma-separated list such as 'onprem,eu-cloud'")
     try:
         return make_constraints(
             ladder,

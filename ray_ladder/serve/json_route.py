@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.exceptions import Attempt, LadderExhaustedError
 from ray_ladder.serve import http
+from ray_ladder.serve.bindings import relative_path
 from ray_ladder.serve.result import LadderResult
 
 logger = logging.getLogger("ray_ladder.serve")
@@ -19,6 +20,7 @@ class JsonRouter(Protocol):
     """What the route needs of the router (``LadderRouter`` provides it)."""
 
     ladder: Any
+    bindings: Any
 
     @property
     def router_state(self) -> Any: ...
@@ -40,7 +42,7 @@ async def handle(router: JsonRouter, request: Any, max_body_bytes: int) -> Any:
         return JSONResponse({"error": f"{request.method} not allowed: POST a JSON body"},
                             405, headers={"Allow": "POST"})
     try:
-        constraints = http.constraints_from_headers(request.headers, router.ladder)
+        constraints = router.bindings.from_headers(request.headers, relative_path(request))
         http.check_length(request.headers.get("content-length"), max_body_bytes)
         payload = http.parse_body(await request.body(), max_body_bytes)
     except http.HttpError as err:

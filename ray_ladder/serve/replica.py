@@ -10,11 +10,37 @@ from ray_ladder.serve.llm.protocol import is_llm_class
 from ray_ladder.serve.llm.replica import LLMRungReplica
 
 
+class PayloadError(ValueError):
+    """A payload that does not match the rung class's ``input_model`` (HTTP 400)."""
+
+
+def validated(model: Any, payload: Any) -> Any:
+    """``payload`` parsed by the rung class's ``input_model`` (a pydantic model), or as is.
+
+    Raises:
+        PayloadError: the payload does not match, naming the first field and the fix.
+    """
+    if model is None:
+        return payload
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(payload)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "<body>"
+        raise PayloadError(f"{where}: {first.get('msg')} (the rung takes "
+                           f"{model.__name__})") from None
+
+
 class RungReplica:
     """Serve replica of one compute rung (sync user ``__call__``).
 
     Builds ``user_cls(rung, **init_kwargs)`` once and answers ``__call__(payload)`` with
-    it. ``ladder_ping`` lets the router start a cold replica without running the model.
+    it. A class that declares ``input_model`` (a pydantic model) gets the payload parsed
+    by it, and a payload that does not match is a 400 (:class:`PayloadError`), never the
+    model's own exception. ``ladder_ping`` lets the router start a cold replica without
+    running the model.
 
     Example:
         >>> RungReplica(EchoModel, RungContext(name="cpu", index=0, ladder="x"), {})
@@ -24,9 +50,10 @@ class RungReplica:
     def __init__(self, user_cls: type, rung: RungContext, init_kwargs: dict[str, Any]):
         self.rung = rung
         self.model = user_cls(rung, **init_kwargs)
+        self.input_model = getattr(user_cls, "input_model", None)
 
     def __call__(self, payload: Any) -> Any:
-        return self.model(payload)
+        return self.model(validated(self.input_model, payload))
 
     def ladder_ping(self) -> str:
         """Answer at once (the router primes cold rungs with it)."""
@@ -37,7 +64,7 @@ class AsyncRungReplica(RungReplica):
     """Serve replica of one compute rung whose user ``__call__`` is ``async``."""
 
     async def __call__(self, payload: Any) -> Any:  # type: ignore[override]
-        return await self.model(payload)
+        return await self.model(validated(self.input_model, payload))
 
 
 def replica_class(user_cls: type) -> type:

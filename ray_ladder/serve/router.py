@@ -15,6 +15,7 @@ from ray_ladder.core.exceptions import Attempt, LadderExhaustedError
 from ray_ladder.core.selector import Selector
 from ray_ladder.core.spec import Ladder
 from ray_ladder.serve import http, json_route
+from ray_ladder.serve.bindings import Bindings
 from ray_ladder.serve.cache import AnswerCache, payload_key
 from ray_ladder.serve.calls import Pending, RungCaller
 from ray_ladder.serve.core import RouterState
@@ -64,6 +65,9 @@ class LadderRouter:
         self._deployments = dict(deployments)
         #: Compute rungs whose class generates text (the OpenAI routes use only these).
         self.llm_rungs: frozenset[str] = frozenset(options.get("llm_rungs", ()))
+        default, routes = options.get("bindings") or (None, {})
+        #: Constraints the operator bound to the app and its routes (requests only narrow).
+        self.bindings = Bindings(self.ladder, default, routes)
         self._max_body_bytes = int(options["max_body_bytes"])
         cooldown = options.get("down_cooldown_s") or max(1.0, 2 * policy.probe_interval_s)
         self._app_name = options.get("app_name")
@@ -324,13 +328,14 @@ class LadderRouter:
         """Handle interface: answer ``payload`` under keyword constraints.
 
         Raises:
-            InvalidConstraintsError: a malformed or unknown constraint value.
+            InvalidConstraintsError: a malformed or unknown constraint value
+                (``ConstraintNotAllowedError``: more than the app's binding allows).
             LadderExhaustedError: shed, or every eligible rung is gone.
         """
         constraints = http.make_constraints(
             self.ladder, jurisdiction=jurisdiction, max_cost_per_hour=max_cost_per_hour,
             min_quality=min_quality, sites=sites)
-        return await self.answer(payload, constraints)
+        return await self.answer(payload, self.bindings.narrow(constraints))
 
     def state(self) -> dict[str, Any]:
         """The ladder's state (what ``GET /-/ladder`` returns)."""

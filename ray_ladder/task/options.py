@@ -145,6 +145,9 @@ class TaskOptions:
             else:
                 raise ValueError(f"unknown ladder task option {key!r}; valid options: "
                                  f"{valid_keys()}")
+        if base.constraints is not None and "constraints" in ladder_kw:
+            # The decorator's constraints are bound: .options() may only narrow them.
+            ladder_kw["constraints"] = base.constraints.narrow(ladder_kw["constraints"])
         out = replace(base, ray=ray_kw, **ladder_kw)
         if ladder is not None and out.constraints is not None:
             ladder.check_constraints(out.constraints)

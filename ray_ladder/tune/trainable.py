@@ -54,6 +54,7 @@ class LadderTrialSpec:
             (this is the exact bundle a trial asks Ray for; capacity is computed on it).
         constraints: Constraints for every trial, or a callable of the trial config.
         num_cpus: CPUs a trial takes on rungs that do not name ``num_cpus``.
+        bound: Constraints of the whole run: a trial's own (``constraints``) only narrow.
         uid: Identifies the spec across pickling (Tune unpickles the trainable per use).
     """
 
@@ -61,17 +62,20 @@ class LadderTrialSpec:
     trial_ladder: Ladder
     constraints: ConstraintsArg
     num_cpus: float
+    bound: Constraints | None = None
     uid: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @classmethod
-    def build(cls, ladder: Ladder, constraints: ConstraintsArg, num_cpus: float
-              ) -> LadderTrialSpec:
+    def build(cls, ladder: Ladder, constraints: ConstraintsArg, num_cpus: float,
+              bound: ConstraintsLike = None) -> LadderTrialSpec:
         """Check the ladder and static constraints once, at decoration."""
         rungs = [r.model_copy(update={"num_cpus": num_cpus if r.num_cpus is None
                                       else r.num_cpus})
                  for r in ladder.rungs if r.is_compute]
         trial_ladder = ladder.model_copy(update={"rungs": rungs})
-        spec = cls(ladder, trial_ladder, constraints, num_cpus)
+        spec = cls(ladder, trial_ladder, constraints, num_cpus, _as_constraints(bound))
+        if spec.bound is not None:
+            ladder.check_constraints(spec.bound)
         if not callable(constraints):
             spec.constraints_for({})
         return spec
@@ -84,6 +88,8 @@ class LadderTrialSpec:
         """
         raw = self.constraints(dict(config)) if callable(self.constraints) else self.constraints
         constraints = _as_constraints(raw)
+        if self.bound is not None:  # ConstraintNotAllowedError when a trial asks for more
+            constraints = self.bound.narrow(constraints)
         if constraints is not None:
             self.ladder.check_constraints(constraints)
             if not self.trial_ladder.eligible(constraints):
@@ -237,6 +243,7 @@ def with_ladder(
     constraints: ConstraintsArg = None,
     *,
     num_cpus: float = 1,
+    bound: ConstraintsLike = None,
 ) -> Callable[[dict], Any]:
     """Make a Tune function trainable run on a ladder.
 
@@ -252,6 +259,9 @@ def with_ladder(
         constraints: Constraints for every trial (``Constraints`` or a dict), or a callable
             ``config -> constraints`` for per-trial residency, cost or quality limits.
         num_cpus: CPUs of a trial on rungs that do not set ``num_cpus``.
+        bound: Constraints bound to the whole run (``Constraints`` or a dict): every
+            trial runs under them and its own ``constraints`` may only narrow them
+            (``ConstraintNotAllowedError`` otherwise).
 
     Returns:
         The trainable to hand to ``tune.Tuner``.
@@ -268,7 +278,7 @@ def with_ladder(
 
     if not callable(train_fn):
         raise TypeError(f"train_fn must be a function of config, got {type(train_fn).__name__}")
-    spec = LadderTrialSpec.build(as_ladder(ladder), constraints, num_cpus)
+    spec = LadderTrialSpec.build(as_ladder(ladder), constraints, num_cpus, bound)
 
     @functools.wraps(train_fn)
     def ladder_trainable(config: dict) -> Any:

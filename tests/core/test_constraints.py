@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from ray_ladder import Constraints, Ladder, Rung, load_ladder
+from ray_ladder.core.exceptions import ConstraintNotAllowedError
 
 EXAMPLES = Path(__file__).parents[2] / "examples" / "ladders"
 
@@ -153,3 +155,53 @@ def test_eligible_is_an_ordered_filter_that_keeps_shed(c: Constraints) -> None:
         if rung.kind != "shed":
             assert c.max_cost_per_hour is None or rung.cost_per_hour <= c.max_cost_per_hour
             assert c.min_quality is None or rung.quality >= c.min_quality
+
+
+# --- bound constraints: a request may only narrow ------------------------------------------
+
+def test_a_request_narrows_the_bound_constraints_field_by_field() -> None:
+    bound = Constraints(jurisdiction="eu", max_cost_per_hour=5.0, min_quality=0.5,
+                        sites=("onprem", "eu-cloud"))
+    assert bound.narrow(None) is bound and bound.narrow(Constraints()) is bound
+    tighter = bound.narrow(Constraints(jurisdiction="eu", max_cost_per_hour=2.0,
+                                       min_quality=0.8, sites=("onprem",)))
+    assert tighter == Constraints(jurisdiction="eu", max_cost_per_hour=2.0, min_quality=0.8,
+                                  sites=("onprem",))
+    assert Constraints().narrow(Constraints(jurisdiction="us")).jurisdiction == "us"
+
+
+@pytest.mark.parametrize(("asked", "named"), [
+    (Constraints(jurisdiction="us"), "jurisdiction 'us': bound to 'eu'"),
+    (Constraints(max_cost_per_hour=9.0), "max_cost_per_hour 9: bound to at most 5"),
+    (Constraints(min_quality=0.1), "min_quality 0.1: bound to at least 0.5"),
+    (Constraints(sites=("us-cloud",)), "sites ['us-cloud']"),
+])
+def test_asking_for_more_than_the_binding_is_a_clear_error(asked: Constraints,
+                                                          named: str) -> None:
+    bound = Constraints(jurisdiction="eu", max_cost_per_hour=5.0, min_quality=0.5,
+                        sites=("onprem",))
+    with pytest.raises(ConstraintNotAllowedError, match=re.escape(named)):
+        bound.narrow(asked)
+
+
+_opt_float = st.none() | st.floats(0, 10, allow_nan=False)
+_constraints = st.builds(
+    Constraints, jurisdiction=st.none() | st.sampled_from(["eu", "us"]),
+    max_cost_per_hour=_opt_float, min_quality=st.none() | st.floats(0, 1),
+    sites=st.none() | st.lists(st.sampled_from(["onprem", "eu-cloud", "us-cloud"]),
+                               min_size=1, max_size=3, unique=True).map(tuple))
+_rungs = st.builds(
+    lambda j, s, c, q: Rung(name="r", num_cpus=1, cost_per_hour=c, quality=q,
+                            tags={"jurisdiction": j, "site": s}),
+    st.sampled_from(["eu", "us"]), st.sampled_from(["onprem", "eu-cloud", "us-cloud"]),
+    st.floats(0, 10, allow_nan=False), st.floats(0, 1))
+
+
+@given(_constraints, _constraints, _rungs)
+def test_narrowing_never_allows_a_rung_the_binding_excludes(bound, asked, rung) -> None:
+    try:
+        effective = bound.narrow(asked)
+    except ConstraintNotAllowedError:
+        return
+    assert not effective.allows(rung) or bound.allows(rung)
+    assert not effective.allows(rung) or asked.allows(rung)

@@ -151,3 +151,16 @@ def test_native_rung_is_the_best_rung_matching_the_node_labels():
     assert rung_for_labels({"acc": "a100-80g"}, selectors) == "a100"
     assert rung_for_labels({"acc": "h100"}, selectors) == "h100"
     assert rung_for_labels({"acc": "l4"}, selectors) is None
+
+
+def test_options_may_only_narrow_the_decorators_constraints() -> None:
+    from ray_ladder.core.exceptions import ConstraintNotAllowedError
+
+    bound = TaskOptions.build({"constraints": {"jurisdiction": "eu", "max_cost_per_hour": 5}})
+    narrowed = TaskOptions.build({"constraints": {"max_cost_per_hour": 2}}, base=bound)
+    assert narrowed.constraints == Constraints(jurisdiction="eu", max_cost_per_hour=2.0)
+    assert TaskOptions.build({"constraints": None}, base=bound).constraints == bound.constraints
+    with pytest.raises(ConstraintNotAllowedError, match="bound to 'eu'"):
+        TaskOptions.build({"constraints": {"jurisdiction": "us"}}, base=bound)
+    with pytest.raises(ConstraintNotAllowedError, match="at most 5"):
+        TaskOptions.build({"constraints": {"max_cost_per_hour": 50}}, base=bound)

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from ray_ladder.core.exceptions import LadderExhaustedError
 from ray_ladder.serve import http
+from ray_ladder.serve.bindings import relative_path
 from ray_ladder.serve.cache import payload_key
 from ray_ladder.serve.llm.responses import DONE, Answer, StreamRecord, models_list
 from ray_ladder.serve.llm.schema import OpenAIError, parse_request, wants_usage
@@ -72,7 +73,7 @@ async def handle(router: Router, request: Any, max_body_bytes: int) -> Any:
     if kind is None:
         return JSONResponse(models_list(ladder))
     try:
-        constraints = http.constraints_from_headers(request.headers, ladder)
+        constraints = router.bindings.from_headers(request.headers, relative_path(request))
         http.check_length(request.headers.get("content-length"), max_body_bytes)
         body = http.parse_body(await request.body(), max_body_bytes)
     except http.HttpError as err:

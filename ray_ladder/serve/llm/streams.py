@@ -41,6 +41,7 @@ class Router(Protocol):
 
     ladder: Ladder
     llm_rungs: frozenset[str]
+    bindings: Any
 
     @property
     def router_state(self) -> Any: ...
