@@ -10,7 +10,13 @@ from typing import Any
 
 from ray_ladder.core.capacity_type import WINDOW_CLOSED_REASON, gate
 from ray_ladder.core.constraints import Constraints
-from ray_ladder.core.placement import NodeState, RungCapacity, held_back, ladder_capacity
+from ray_ladder.core.placement import (
+    NodeState,
+    RungCapacity,
+    going_away_reason,
+    held_back,
+    ladder_capacity,
+)
 from ray_ladder.core.spec import Ladder
 
 #: ``ladder name -> the hook's published roles or None`` (see ray_ladder.cluster.roles).
@@ -26,13 +32,17 @@ class CapacitySnapshot:
         rungs: Rung name -> :class:`RungCapacity` (what the nodes can host).
         obtainable: Rung name -> bool, ready for :meth:`Selector.observe`.
         held: Rung name -> why the view counts it unobtainable although a node can host
-            it (``"released by the autoscaler hook"``); empty when nothing is held.
+            it (``"released by the autoscaler hook"``, or a going-away rung's ``"fell on
+            preemption notice: ..."``); empty when nothing is held.
+        going_away: Rung name -> drain deadline (wall clock, ``None``: none given) of each
+            rung whose remaining capacity is all on draining nodes (a preemption notice).
     """
 
     time: float
     rungs: Mapping[str, RungCapacity]
     obtainable: Mapping[str, bool]
     held: Mapping[str, str] = field(default_factory=dict)
+    going_away: Mapping[str, float | None] = field(default_factory=dict)
 
     def why(self, rung: str) -> str:
         """A short reason for ``rung``'s state: the hold, else ``absent``/``busy``/``free``."""
@@ -42,14 +52,18 @@ class CapacitySnapshot:
 def ray_node_states() -> list[NodeState]:
     """Read every node from Ray's GCS: liveness, labels, total and available resources.
 
-    Source of truth: ``ray.nodes()`` (alive flag, labels, totals) and the GCS's
-    per-node available resources. Needs ``ray.init()`` first.
+    Source of truth: ``ray.nodes()`` (alive flag, labels, totals), the GCS's per-node
+    available resources, and the GCS's draining-node table for preemption notices
+    (:func:`ray_private.draining_nodes`: node -> drain deadline, filled by the
+    ``DrainNode`` call that a SIGTERMed raylet, autoscaler v2, KubeRay and
+    ``ray drain-node`` all make). Needs ``ray.init()`` first.
     """
     import ray
 
     from ray_ladder.cluster import ray_private
 
     available = ray_private.available_resources_per_node()
+    draining = ray_private.draining_nodes()
     out = []
     for node in ray.nodes():
         node_id = node["NodeID"]
@@ -59,6 +73,8 @@ def ray_node_states() -> list[NodeState]:
             total=node.get("Resources") or {},
             available=available.get(node_id, {}),
             labels=node.get("Labels") or {},
+            draining=node_id in draining,
+            drain_deadline=draining.get(node_id),
         ))
     return out
 
@@ -72,7 +88,10 @@ class CapacityView:
     and reads never block.
 
     A compute rung is obtainable when an alive node can host one placement of it
-    (``total > 0``); ``require_available=True`` demands a free one right now.
+    (``total > 0``); ``require_available=True`` demands a free one right now. A rung
+    whose remaining capacity is all on nodes Ray is draining (a preemption notice) is
+    *going away*: unobtainable, so no new work lands there and no selector climbs to it,
+    and ``snapshot().going_away`` gives its deadline (see docs/capacity.md).
 
     With ``follow_hook`` (the default), a rung that the ladder's autoscaler hook has
     *released* (its node request is gone; Ray's idle timeout returns the node once nothing
@@ -148,11 +167,14 @@ class CapacityView:
         held: dict[str, str] = {n: WINDOW_CLOSED_REASON for n in obtainable
                                 if obtainable[n] and not gated[n]}
         obtainable = gated
+        going = {n: c.deadline for n, c in rungs.items() if c.going_away}
+        wall = self._wall_clock()
+        held.update({n: going_away_reason(d, wall) for n, d in going.items()})
         if self._hook_source is not None:
             roles = self._hook_source(self.ladder.name)
             if roles is not None:
                 held.update(self._hold_released(roles, obtainable))
-        snap = CapacitySnapshot(self._clock(), rungs, obtainable, held)
+        snap = CapacitySnapshot(self._clock(), rungs, obtainable, held, going)
         self._snapshot = snap
         return snap
 

@@ -70,7 +70,8 @@ METRICS: tuple[MetricSpec, ...] = (
                "serve, task, tune"),
     MetricSpec("ladder_transitions", "counter", (_L, _P, "direction", "reason"),
                "Ladder moves; direction `down`/`up`/`none` (first pick); reason `first`, "
-               "`lost`, `exhausted`, `returned`, `promoted`, `other`", "serve, task, tune, hook"),
+               "`lost`, `preemption_notice`, `exhausted`, `returned`, `promoted`, `other`",
+               "serve, task, tune, hook"),
     MetricSpec("ladder_alerts", "counter", (_L, _P),
                "`max_degraded_seconds` alerts (one per degraded episode)", "serve, task"),
     MetricSpec("ladder_cache_hits", "counter", (_L,),
@@ -172,6 +173,8 @@ def transition_reason(event: Mapping[str, Any]) -> str:
         return "exhausted"
     if event.get("from") is None:
         return "returned" if event.get("direction") == "up" else "first"
+    if "preemption notice" in reason:  # core.placement.PREEMPTION_NOTICE: a drain
+        return "preemption_notice"
     if "unobtainable" in reason or "lost" in reason or "failed" in reason:
         return "lost"
     if "obtainable for" in reason or "climb" in reason or "capacity free" in reason:

@@ -342,3 +342,45 @@ def train_failure_cause(error: BaseException) -> BaseException:
     if isinstance(error, WorkerHealthCheckFailedError):
         return error.health_check_failure  # type: ignore[no-any-return]
     return error
+
+
+# --- drain notices (issue 15: a preemption notice is a node Ray drains) -------------------
+
+PRIVATE_USES += (
+    ("ray._private.state", "GlobalState.get_draining_nodes"),
+    ("ray.core.generated.autoscaler_pb2", "DrainNodeReason"),
+)
+
+
+def draining_nodes() -> dict[str, float | None]:
+    """Node id (hex) -> drain deadline (wall-clock seconds, ``None``: none given) of every
+    node the GCS is draining.
+
+    Source of truth: the GCS node manager's draining table, the one Ray's own Serve
+    controller and Ray Data read (``ray._private.state.state.get_draining_nodes()``, a
+    deadline of 0 ms meaning none). A raylet that gets SIGTERM, autoscaler v2, KubeRay
+    and ``ray drain-node`` all fill it through the same ``DrainNode`` GCS call. The
+    drain reason is not in this table (nor in ``ray.nodes()``); a busy node is drained
+    only for preemption, since Ray rejects an idle-termination drain of a busy node.
+    """
+    from ray._private.state import state
+
+    return {node: (ms / 1000.0 if ms else None)
+            for node, ms in state.get_draining_nodes().items()}
+
+
+def drain_node(address: str, node_id: str, deadline_s: float | None,
+               message: str = "spot reclaim") -> tuple[bool, str]:
+    """Ask the GCS to drain ``node_id`` for preemption (what ``ray drain-node --reason
+    DRAIN_NODE_REASON_PREEMPTION`` does); ``deadline_s`` from now (``None``: no deadline).
+    Returns (accepted, rejection message)."""
+    import time
+
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]
+    from ray.core.generated.autoscaler_pb2 import DrainNodeReason  # type: ignore[attr-defined]
+
+    deadline_ms = 0 if deadline_s is None else int((time.time() + deadline_s) * 1000)
+    client = GcsClient(address=resolve_gcs_address(address))
+    accepted, rejection = client.drain_node(
+        node_id, DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"), message, deadline_ms)
+    return bool(accepted), str(rejection)

@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 
 from ray_ladder.core.spec import Ladder, Rung
 
+#: The state of a rung whose remaining capacity is all on draining nodes.
+GOING_AWAY = "going away"
+
 # Ray adds this much of `accelerator_type:<T>` to a task that asks for accelerator_type=T.
 ACCELERATOR_TYPE_DEMAND = 0.001
 
@@ -22,6 +25,10 @@ class NodeState:
         total: Resources the node advertises.
         available: Resources free right now.
         labels: Node labels.
+        draining: Whether Ray is draining the node (a preemption notice: it goes away,
+            takes no new work, and what runs there may finish before the deadline).
+        drain_deadline: Wall-clock seconds when the draining node goes (``None``: no
+            deadline was given, or the node is not draining).
     """
 
     node_id: str
@@ -29,6 +36,8 @@ class NodeState:
     total: Mapping[str, float]
     available: Mapping[str, float]
     labels: Mapping[str, str] = field(default_factory=dict)
+    draining: bool = False
+    drain_deadline: float | None = None
 
 
 def demand(rung: Rung) -> dict[str, float]:
@@ -125,17 +134,25 @@ class RungCapacity:
         total: Placements that fit on alive nodes when they are empty (0: absent).
         available: Placements that fit right now (0 with total > 0: busy).
         obtainable: Whether the rung can be had now (see :func:`rung_capacity`).
+        going_away: Every node that can host it is draining (a preemption notice): the
+            rung is not obtainable for new work, though what runs there may finish.
+        deadline: With ``going_away``, the earliest drain deadline of those nodes
+            (wall-clock seconds; ``None``: no deadline given).
     """
 
     total: int
     available: int
     obtainable: bool
+    going_away: bool = False
+    deadline: float | None = None
 
     @property
     def state(self) -> str:
-        """``"absent"``, ``"busy"`` or ``"free"``."""
+        """``"absent"``, ``"going away"``, ``"busy"`` or ``"free"``."""
         if self.total == 0:
             return "absent"
+        if self.going_away:
+            return GOING_AWAY
         return "busy" if self.available == 0 else "free"
 
 
@@ -144,20 +161,40 @@ def rung_capacity(rung: Rung, nodes: Iterable[NodeState], *,
     """Capacity of ``rung`` on ``nodes``.
 
     ``cache`` and ``shed`` rungs are always obtainable. A compute rung is obtainable when
-    an alive node can host it (``total > 0``: the task queues briefly if the node is busy),
-    or, with ``require_available``, only when one is free right now.
+    an alive node that is not draining can host it (``total > 0``: the task queues
+    briefly if the node is busy), or, with ``require_available``, only when one is free
+    right now. A rung whose hosts are all draining is *going away*: ``total`` counts them,
+    ``available`` does not (a draining node takes no new work), and it is not obtainable.
+
+    Example:
+        >>> rung = Rung(name="h100", resources={"ladder/h100": 1})
+        >>> node = NodeState("n1", True, {"ladder/h100": 1}, {"ladder/h100": 1},
+        ...                  draining=True, drain_deadline=100.0)
+        >>> rung_capacity(rung, [node])
+        RungCapacity(total=1, available=0, obtainable=False, going_away=True, deadline=100.0)
     """
     if not rung.is_compute:
         return RungCapacity(0, 0, True)
     need = demand(rung)
-    total = available = 0
+    total = available = staying = 0
+    deadlines: list[float | None] = []
     for node in nodes:
         if not node.alive or not label_matches(rung.label_selector, node.labels):
             continue
-        total += fits(need, node.total)
+        hosts = fits(need, node.total)
+        total += hosts
+        if node.draining:
+            if hosts:
+                deadlines.append(node.drain_deadline)
+            continue
+        staying += hosts
         available += fits(need, node.available)
-    ok = available > 0 if require_available else total > 0
-    return RungCapacity(total, available, ok)
+    going = staying == 0 and total > 0
+    ok = available > 0 if require_available else staying > 0
+    deadline = None
+    if going and None not in deadlines:
+        deadline = min(d for d in deadlines if d is not None)
+    return RungCapacity(total, available, ok, going, deadline)
 
 
 def ladder_capacity(ladder: Ladder, nodes: Iterable[NodeState], *,
@@ -206,3 +243,19 @@ def held_back(
         if ok and (ready is None or ready(name)):
             usable.append(name)
     return held
+
+
+#: The words every event and metric label of a fall on a drain notice carries (a fall on a
+#: dead node says "unobtainable" alone).
+PREEMPTION_NOTICE = "fell on preemption notice"
+
+
+def going_away_reason(deadline: float | None, now: float) -> str:
+    """Why a going-away rung is unobtainable, for events and held reasons.
+
+    Example:
+        >>> going_away_reason(110.0, 100.0)
+        'fell on preemption notice: its nodes are draining, deadline in 10.0 s'
+    """
+    due = "no deadline" if deadline is None else f"deadline in {max(0.0, deadline - now):.1f} s"
+    return f"{PREEMPTION_NOTICE}: its nodes are draining, {due}"

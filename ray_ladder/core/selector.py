@@ -183,12 +183,16 @@ class Selector:
         self._current_idx = -1
         self._started = False
 
-    def observe(self, obtainable: Mapping[str, bool], now: float) -> Decision:
+    def observe(self, obtainable: Mapping[str, bool], now: float,
+                why: Mapping[str, str] | None = None) -> Decision:
         """Feed one observation of which rungs are obtainable; get the decision.
 
         Args:
             obtainable: Rung name -> obtainable now. Missing compute rungs count as not.
             now: The caller's clock (seconds); the selector never reads one.
+            why: Rung name -> why it is unobtainable (``CapacitySnapshot.held``): only
+                words for the event of a fall (``"h100 unobtainable: fell on preemption
+                notice ..."``), never an input to the decision.
         """
         names = self._names
         always = self._always
@@ -211,6 +215,8 @@ class Selector:
                 reason = "capacity returned" if self._started else "first observation"
             else:
                 reason = f"{previous} unobtainable"
+                if why and previous is not None and previous in why:
+                    reason += f": {why[previous]}"
         else:
             new_idx = prev_idx
             reason = ""

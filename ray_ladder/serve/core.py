@@ -8,7 +8,7 @@ from typing import Any
 
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.events import TransitionEvent
-from ray_ladder.core.placement import held_back
+from ray_ladder.core.placement import going_away_reason, held_back
 from ray_ladder.core.selector import Decision, Selector
 from ray_ladder.core.spec import Ladder, Rung
 
@@ -95,6 +95,8 @@ class RouterState:
         self._obtainable: dict[str, bool] = {}
         #: Rungs the autoscaler hook released while a better rung is up (see observe).
         self._held: frozenset[str] = frozenset()
+        #: Rungs going away (a preemption notice) -> drain deadline (wall clock or None).
+        self._going: dict[str, float | None] = {}
         self.events: deque[TransitionEvent] = deque(maxlen=max_events)
         self._max_selectors = max_selectors
         self._selectors: OrderedDict[tuple[object, ...], Selector] = OrderedDict()
@@ -133,20 +135,50 @@ class RouterState:
         self._obtainable = self.obtainable(now)
         self.lost = [n for n in self._compute if before.get(n) and not self._obtainable[n]]
         self.observations += 1
+        why = {n: going_away_reason(d, now) for n, d in self._going.items()}
         for key, selector in self._selectors.items():
-            self._decisions[key] = selector.observe(self._view(selector), now)
+            self._decisions[key] = selector.observe(self._view(selector), now, why)
         return self._decisions[_DEFAULT_KEY]
 
     def _view(self, selector: Selector) -> Mapping[str, bool]:
         """What ``selector`` may use: a held rung is left out only where a better rung
         eligible for that selector is obtainable (an eu-only request keeps its eu rung
-        even when the hook released it because a better, non-eu rung came up)."""
-        if not self._held:
+        even when the hook released it because a better, non-eu rung came up).
+
+        A going-away rung (its nodes drain) is left out too, except for a selector that
+        is on it while no lower compute rung it may use is warm: its requests keep the
+        draining replica until the next rung runs (:meth:`to_prime` starts it), so the
+        move costs no replica start. A selector never climbs to a going-away rung.
+        """
+        if not self._held and not self._going:
             return self._obtainable
         view = dict(self._obtainable)
         for name in held_back(selector.eligible, self._held, self._obtainable):
             view[name] = False
+        for name in self._going:
+            if name in view and not (selector.current == name
+                                     and self._next_warm(selector, name) is None):
+                view[name] = False
         return view
+
+    def _below(self, selector: Selector, rung: str) -> str | None:
+        """The best compute rung below ``rung`` that ``selector`` may use and is
+        obtainable (warm or not), leaving out other going-away rungs."""
+        names = selector.eligible
+        for name in names[names.index(rung) + 1:]:
+            if name in self._compute and name not in self._going \
+                    and self._obtainable.get(name):
+                return name
+        return None
+
+    def _next_warm(self, selector: Selector, rung: str) -> str | None:
+        below = self._below(selector, rung)
+        return below if below is not None and self.is_warm(below) else None
+
+    @property
+    def going_away(self) -> Mapping[str, float | None]:
+        """Rungs going away (preemption notice) -> drain deadline, as last observed."""
+        return self._going
 
     def held_everywhere(self, now: float) -> set[str]:
         """Held rungs that no selector with a request in the last ``RECENT_USE_S`` may use
@@ -167,13 +199,14 @@ class RouterState:
         """
         if self._running_at is None or now - self._running_at >= self.replica_counts_max_age_s:
             return True
-        if dict(placeable) != self._placeable:
-            return True
+        if dict(placeable) != self._placeable or self._going:
+            return True  # a notice: read counts until the next rung's replica runs
         return any(placeable.get(n, False) and self._standby[n] > 0
                    and self._running.get(n, 0) == 0 for n in self._compute)
 
     def observe(self, running: Mapping[str, int] | None, placeable: Mapping[str, bool],
-                now: float, alive: Iterable[str] = (), held: Iterable[str] = ()) -> Decision:
+                now: float, alive: Iterable[str] = (), held: Iterable[str] = (),
+                going_away: Mapping[str, float | None] | None = None) -> Decision:
         """Feed one probe: RUNNING replicas per rung and capacity per rung.
 
         ``running=None`` keeps the last counts (see :meth:`needs_replica_counts`).
@@ -182,6 +215,9 @@ class RouterState:
         ``held`` names rungs the autoscaler hook released while a better rung is up and
         ready (``CapacitySnapshot.held``); ``placeable`` counts them as hostable, and each
         selector leaves them out only when a better rung it may use is obtainable.
+        ``going_away`` names rungs whose nodes drain (``CapacitySnapshot.going_away``);
+        ``placeable`` counts them as hostable too (requests in flight there finish, so
+        they are not "lost"), and :meth:`_view` says who may still use them.
 
         Returns the unconstrained selector's decision.
         """
@@ -195,6 +231,7 @@ class RouterState:
                 self._probation.discard(name)
         self._placeable = dict(placeable)
         self._held = frozenset(held)
+        self._going = dict(going_away or {})
         for name in [n for n, (until, _) in self._down.items() if until <= now]:
             del self._down[name]
         return self._observe_all(now)
@@ -240,6 +277,8 @@ class RouterState:
             return "failed a request; waiting for a replica to answer a ping"
         if rung in self._held:
             return "released by the autoscaler hook (a better rung is up)"
+        if rung in self._going:
+            return going_away_reason(self._going[rung], now)
         return "obtainable"
 
     def on_probation(self, now: float) -> list[str]:
@@ -287,10 +326,15 @@ class RouterState:
 
     def to_prime(self) -> list[str]:
         """Cold rungs worth starting: obtainable, no RUNNING replica, and above a
-        selector's current rung (so the ladder can climb to a warm replica)."""
+        selector's current rung (so the ladder can climb to a warm replica), or the rung
+        that takes over from a current rung going away (a preemption notice)."""
         wanted: set[str] = set()
         for selector in self._selectors.values():
             current = selector.current
+            if current in self._going:  # a notice: warm the rung that takes over, now
+                below = self._below(selector, current)
+                if below is not None and not self.is_warm(below):
+                    wanted.add(below)
             view = self._view(selector)
             for name in selector.eligible:
                 if name == current:
@@ -328,6 +372,7 @@ class RouterState:
                 "down_for_s": round(down[0] - now, 3) if down and down[0] > now else 0.0,
                 "down_reason": down[1] if down and down[0] > now else None,
                 "released_by_hook": rung.name in self._held,
+                "going_away": rung.name in self._going,
                 "streak": default.streak(rung.name) if rung.name in default.eligible else 0,
             })
         current = default.current

@@ -138,7 +138,10 @@ class LadderRouter:
         interval = self.ladder.policy.probe_interval_s
         alive = [r for r in self._deployments if self._caller.alive_within(r, interval)]
         self._probe_s = time.monotonic() - started
-        decision = self._state.observe(running, placeable, now, alive, held=snapshot.held)
+        going = snapshot.going_away  # a preemption notice: read from Ray's node table
+        held = {r: why for r, why in snapshot.held.items() if r not in going}
+        decision = self._state.observe(running, placeable, now, alive, held=held,
+                                       going_away=going)
         for rung in self._state.lost:
             logger.warning("rung %s lost: %s", rung, self._state.why_unobtainable(rung, now))
         self._caller.signal_lost(self._state.lost)

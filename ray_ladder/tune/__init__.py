@@ -5,7 +5,7 @@ from __future__ import annotations
 from ray_ladder.tune.callback import LadderCallback
 from ray_ladder.tune.history import RungSpan, rung_history
 from ray_ladder.tune.scheduler import LadderScheduler
-from ray_ladder.tune.trainable import current_rung, with_ladder
+from ray_ladder.tune.trainable import current_rung, should_checkpoint, with_ladder
 from ray_ladder.tune.tuner import Tuner, ladder_configs
 
 __all__ = [
@@ -16,5 +16,6 @@ __all__ = [
     "current_rung",
     "ladder_configs",
     "rung_history",
+    "should_checkpoint",
     "with_ladder",
 ]

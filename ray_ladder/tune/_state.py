@@ -98,6 +98,7 @@ class TrialState:
     park_on_add: bool = False  # no rung free at creation: hold it (PAUSED) once listed
     parked: bool = False  # held PAUSED by us until a rung is free
     moving: bool = False  # paused by us at a checkpoint to climb
+    noticed: bool = False  # ... or to leave a rung going away (a preemption notice)
     released: tuple[str, str] | None = None  # (rung, node) it just left; counts as free
     pending: bool = False  # placed, waiting for its placement group (promised capacity)
     observed_at: float = float("-inf")  # capacity snapshot its selector saw last

@@ -16,7 +16,7 @@ from ray_ladder.cluster import ray_private
 from ray_ladder.cluster.capacity import ray_node_states
 from ray_ladder.cluster.event_log import log_event
 from ray_ladder.core.events import Direction, TransitionEvent
-from ray_ladder.core.placement import NodeState
+from ray_ladder.core.placement import PREEMPTION_NOTICE, NodeState
 from ray_ladder.core.selector import Selector
 from ray_ladder.tune._state import TrialState, View
 from ray_ladder.tune.active import ACTIVE
@@ -41,10 +41,11 @@ class LadderScheduler(TrialScheduler):
     * **Fall**: when a trial fails (its node was killed: a preemption) and Tune recovers
       it (``FailureConfig(max_failures>=1)``), it is re-placed on the best rung
       obtainable at that moment and restored from its last checkpoint there.
-    * **Climb**: a running trial's selector observes capacity every
-      ``policy.probe_interval_s``; once a better rung has been free for
-      ``promotion_hysteresis`` observations, the trial is paused on its next result that
-      carries a checkpoint, re-placed, and resumed from that checkpoint: never mid-step.
+    * **Notice**: its rung going away (Ray drains the node), it moves at its next checkpoint
+      (:func:`ray_ladder.tune.should_checkpoint` asks for one), before the kill.
+    * **Climb**: once a better rung has been free for ``promotion_hysteresis`` observations
+      (every ``probe_interval_s``), the trial is paused on its next result that carries a
+      checkpoint, re-placed, and resumed from that checkpoint: never mid-step.
 
     All decisions come from :class:`ray_ladder.Selector`. Wrap another scheduler (ASHA,
     median stopping...) with ``base_scheduler``: its decisions stand, the ladder only
@@ -53,8 +54,7 @@ class LadderScheduler(TrialScheduler):
 
     Args:
         base_scheduler: The scheduler that decides CONTINUE/PAUSE/STOP (default FIFO).
-        on_event: Called with a :class:`TransitionEvent` for every real move of a trial
-            (default: log it at INFO).
+        on_event: Called with each trial's real moves (default: log them at INFO).
         clock: Monotonic clock for the selectors.
         wall_clock: Wall clock for the history.
         capacity_source: Node states (default: Ray's GCS); injectable for tests.
@@ -182,13 +182,15 @@ class LadderScheduler(TrialScheduler):
         self._tick(tune_controller, self._clock())
         target, placed = state.selector.current, state.placed
         ladder = state.spec.trial_ladder
-        if target is None or placed is None or ladder.index(target) >= ladder.index(placed):
+        going = placed is not None and self._view(state.spec).snap.rungs[placed].going_away
+        if target is None or placed is None or target == placed or (
+                ladder.index(target) > ladder.index(placed) and not going):
             return decision
-        # At a checkpoint and a better rung has been free long enough: pause, move, resume.
-        state.moving = True
-        if state.node_id:
+        # At a checkpoint, a better rung free long enough or its own going away: move.
+        state.moving, state.noticed = True, going
+        if state.node_id and not going:
             state.released = (placed, state.node_id)
-        self._close(state, f"climbed to {target}")
+        self._close(state, PREEMPTION_NOTICE if going else f"climbed to {target}")
         return TrialScheduler.PAUSE
 
     def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict) -> None:
@@ -222,9 +224,10 @@ class LadderScheduler(TrialScheduler):
             if trial.status == Trial.PAUSED and (state.parked or state.moving):
                 rung = self._decide(state, now)
                 if rung is not None:
-                    reason = "climb at checkpoint" if state.moving else "capacity free"
+                    reason = (PREEMPTION_NOTICE if state.noticed else "climb at checkpoint"
+                              if state.moving else "capacity free")
                     self._place(trial, state, rung, reason)
-                    state.parked = state.moving = False
+                    state.parked = state.moving = state.noticed = False
                     state.released = None
                     return trial
         chosen = self.base.choose_trial_to_run(tune_controller)
@@ -296,11 +299,10 @@ class LadderScheduler(TrialScheduler):
         return out
 
     def _free(self, state: TrialState, running: bool) -> dict[str, bool]:
-        """Per rung: can this trial get a placement there now?"""
+        """Per rung: can this trial get a placement there now (placements promised to
+        other trials that do not hold them yet count as taken)?"""
         view = self._view(state.spec)
         snap = view.snap
-        assert snap is not None
-        # Placements promised to other trials that do not hold them yet.
         promised = Counter(s.placed for s in self._states.values()
                            if s is not state and s.pending and s.spec is state.spec)
         out = {}
@@ -310,8 +312,8 @@ class LadderScheduler(TrialScheduler):
                     and view.node_alive(state.released[1])):
                 free += 1  # its own placement there is being given back
             out[name] = free > 0
-        if running and state.placed:
-            out[state.placed] = True
+        if running and state.placed and not snap.rungs[state.placed].going_away:
+            out[state.placed] = True  # its own placement (not when its nodes drain)
         return out
 
     def _decide(self, state: TrialState, now: float) -> str | None:

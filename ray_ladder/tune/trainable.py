@@ -237,6 +237,48 @@ def current_rung() -> RungContext:
     return _current
 
 
+#: How often :func:`should_checkpoint` asks the GCS (a training step may poll it freely).
+NOTICE_POLL_S = 0.5
+_notice: dict[str, float] = {"read_at": float("-inf"), "draining": 0.0}
+
+
+def should_checkpoint() -> bool:
+    """Whether this trial should checkpoint now: its node got a preemption notice.
+
+    True once Ray drains the node the trial runs on (a SIGTERMed raylet, autoscaler v2,
+    KubeRay or ``ray drain-node``: the GCS's draining table, read at most every
+    ``NOTICE_POLL_S``). A training function that polls it each step and, when it is
+    True, reports a checkpoint (``tune.report(metrics, checkpoint=...)``) loses no step:
+    the :class:`~ray_ladder.tune.LadderScheduler` moves the trial to the next rung at
+    that checkpoint, before the node is killed. False outside a Ray worker.
+
+    Example:
+        >>> def train_fn(config):  # doctest: +SKIP
+        ...     for step in range(start, 100):
+        ...         loss = train_one_step()
+        ...         if step % 10 == 0 or ray_ladder.tune.should_checkpoint():
+        ...             tune.report({"loss": loss}, checkpoint=save(step))
+        ...         else:
+        ...             tune.report({"loss": loss})
+    """
+    now = time.monotonic()
+    if now - _notice["read_at"] < NOTICE_POLL_S:
+        return bool(_notice["draining"])
+    _notice["read_at"] = now
+    try:
+        import ray
+
+        from ray_ladder.cluster import ray_private
+
+        if not ray.is_initialized():
+            return False
+        node = ray.get_runtime_context().get_node_id()
+        _notice["draining"] = float(node in ray_private.draining_nodes())
+    except Exception:  # a GCS hiccup is no notice; ask again at the next poll
+        logger.debug("should_checkpoint: could not read Ray's draining nodes", exc_info=True)
+    return bool(_notice["draining"])
+
+
 def with_ladder(
     train_fn: Callable[[dict], Any],
     ladder: Ladder | str | Path,

@@ -101,7 +101,7 @@ class TaskState:
                 del self.congested[rung]
         self.obtainable = {n: ok and n not in self.congested
                            for n, ok in snap.obtainable.items()}
-        self.selector.observe(self.obtainable, now=time.time())
+        self.selector.observe(self.obtainable, now=time.time(), why=snap.held)
 
     def tick(self) -> None:
         """After a node refresh: observe, then move work off rungs that are gone."""
