@@ -16,6 +16,7 @@ from ray_ladder.cluster.board import LadderBoard
 from ray_ladder.cluster.event_log import log_event, show_events_on_stderr
 from ray_ladder.core.events import TransitionEvent
 from ray_ladder.task.options import TaskSpec
+from ray_ladder.task.orchestrator import recovery
 from ray_ladder.task.orchestrator.calls import Call
 from ray_ladder.task.orchestrator.nodes import NodeCache
 from ray_ladder.task.orchestrator.state import Ports, TaskState
@@ -83,11 +84,24 @@ class LadderOrchestrator:
         if task is not None:
             return task
         if key not in self._failed:
+            await self._recover(key)
+        if key not in self.tasks and key not in self._failed:
             event = self._waiting.setdefault(key, asyncio.Event())
             await asyncio.wait_for(event.wait(), REGISTRATION_TIMEOUT_S)
         if key in self._failed:
             raise self._failed[key]
         return self.tasks[key]
+
+    async def _recover(self, key: str) -> None:
+        """After a restart, register ``key`` from the spec its driver kept (recovery.py)."""
+        if not ray.get_runtime_context().was_current_actor_reconstructed:
+            return
+        job_id = ray.get_runtime_context().get_job_id()
+        blob = await asyncio.get_running_loop().run_in_executor(
+            None, recovery.load_spec, job_id, key)
+        if blob is not None and key not in self.tasks:
+            self.stats["recovered_tasks"] += 1
+            await self.register(key, blob)
 
     # --- calls ---------------------------------------------------------------------------
 

@@ -1,0 +1,1 @@
+"""Reliability: faults of the ladder's own parts, and the chaos soak."""
