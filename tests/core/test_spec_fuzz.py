@@ -51,7 +51,7 @@ def mutated(draw: st.DrawFn) -> dict[str, Any]:
     doc = copy.deepcopy(draw(st.sampled_from(BASES)))
     for _ in range(draw(st.integers(1, 4))):
         target: Any = doc
-        if draw(st.booleans()) and doc.get("rungs"):
+        if draw(st.booleans()) and isinstance(doc.get("rungs"), list) and doc["rungs"]:
             target = draw(st.sampled_from(doc["rungs"]))
         if not isinstance(target, dict):
             continue

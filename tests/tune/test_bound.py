@@ -21,7 +21,9 @@ def test_every_trial_runs_under_the_run_binding() -> None:
 
 
 def test_a_trial_may_narrow_the_binding_but_not_widen_it() -> None:
-    per_trial = (lambda config: {"jurisdiction": config["where"]})
+    def per_trial(config: dict) -> dict:
+        return {"jurisdiction": config["where"]}
+
     spec = LadderTrialSpec.build(LADDER, per_trial, 1, bound={"max_cost_per_hour": 5})
     assert spec.constraints_for({"where": "eu"}) == Constraints(jurisdiction="eu",
                                                                 max_cost_per_hour=5)
