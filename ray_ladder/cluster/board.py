@@ -138,6 +138,8 @@ class LadderBoard:
         self._clock = clock
         self._publish = publish or event_store.publish
         self._counts: dict[str, RollingCounts] = {}
+        self._answers: dict[tuple[str, str], int] = {}
+        self._ladders: dict[str, Ladder] = {}
         self._specs: dict[str, dict[str, Any]] = {}
         self._last: dict[str, dict[str, Any]] = {}
         self._published: dict[str, tuple[float, Any]] = {}
@@ -151,28 +153,38 @@ class LadderBoard:
 
     def answered(self, user: str, ladder: Ladder, rung: str, n: int = 1) -> None:
         """``n`` answers (or calls) by ``rung``, or ``exhausted`` / ``error``: the traffic
-        window, ``ladder_requests`` or ``ladder_calls``, quality points, cache hits, sheds,
-        exhaustions."""
+        window now; ``ladder_requests`` or ``ladder_calls``, quality points, cache hits,
+        sheds and exhaustions at the next :meth:`observe` (one export per probe, not one
+        per call: a task's call stays cheap)."""
         if n <= 0:
             return
         self._counts.setdefault(user, RollingCounts()).add(rung, n, self._clock())
-        name, part = ladder.name, self.part
-        if part in _ANSWER_METRIC:
-            self._inc(_ANSWER_METRIC[part], n, ladder=name, rung=rung)
-        self._inc("ladder_answers", n, ladder=name, part=part)
-        if rung == EXHAUSTED:
-            self._inc("ladder_exhausted", n, ladder=name, part=part)
-            return
-        if rung not in ladder.names:
-            return
-        kind = ladder.rung(rung).kind
-        if kind == "shed":
-            self._inc("ladder_sheds", n, ladder=name)
-            return
-        if kind == "cache":
-            self._inc("ladder_cache_hits", n, ladder=name)
-        self._inc("ladder_quality_points", n * ladder.rung(rung).quality,
-                    ladder=name, part=part)
+        self._ladders[ladder.name] = ladder
+        key = (ladder.name, rung)
+        self._answers[key] = self._answers.get(key, 0) + n
+
+    def flush_answers(self) -> None:
+        """Export the answers counted since the last flush."""
+        pending, self._answers = self._answers, {}
+        part = self.part
+        for (name, rung), n in pending.items():
+            ladder = self._ladders[name]
+            if part in _ANSWER_METRIC:
+                self._inc(_ANSWER_METRIC[part], n, ladder=name, rung=rung)
+            self._inc("ladder_answers", n, ladder=name, part=part)
+            if rung == EXHAUSTED:
+                self._inc("ladder_exhausted", n, ladder=name, part=part)
+                continue
+            if rung not in ladder.names:
+                continue
+            kind = ladder.rung(rung).kind
+            if kind == "shed":
+                self._inc("ladder_sheds", n, ladder=name)
+                continue
+            if kind == "cache":
+                self._inc("ladder_cache_hits", n, ladder=name)
+            self._inc("ladder_quality_points", n * ladder.rung(rung).quality,
+                      ladder=name, part=part)
 
     def attempt_failed(self, ladder: str, rung: str, reason: str) -> None:
         """One failed attempt on ``rung`` (``reason``: the failure's text)."""
@@ -214,6 +226,7 @@ class LadderBoard:
                 (Tune's scheduler observes with a monotonic one).
         """
         now = self._clock() if now is None else now
+        self.flush_answers()
         sel_now = now if selector_now is None else selector_now
         state = selector_state(selector, sel_now)
         self._gauges(user, ladder, state)

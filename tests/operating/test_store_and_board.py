@@ -277,3 +277,23 @@ def test_the_store_layout_names_are_stable() -> None:
     # `ray-ladder status` of one version reads what the parts of another wrote.
     assert (event_store.KV_NAMESPACE, event_store.EVENTS_PREFIX, event_store.STATUS_PREFIX,
             event_store.LADDERS_PREFIX) == ("ray_ladder", "events/", "status/", "ladders/")
+
+
+def test_answers_are_exported_once_per_observation_not_per_call(monkeypatch) -> None:
+    recorded: list[tuple[str, float, dict]] = []
+    monkeypatch.setattr(metrics, "inc", lambda name, value=1.0, **tags:
+                        recorded.append((name, value, tags)))
+    monkeypatch.setattr(metrics, "set_gauge", lambda name, value, **tags: None)
+    board = LadderBoard("serve", publish=lambda key, entry: None)
+    for rung in ("h100", "h100", "a100", "shed", "exhausted"):
+        board.answered("app", LADDER, rung)
+    assert recorded == []  # the hot path only counts
+    sel = Selector(LADDER)
+    sel.observe({"h100": True}, now=time.time())
+    board.observe("app", LADDER, sel, obtainable={"h100": True})
+    got = {(name, tags.get("rung")): value for name, value, tags in recorded}
+    assert got[("ladder_requests", "h100")] == 2 and got[("ladder_requests", "a100")] == 1
+    assert got[("ladder_sheds", None)] == 1 and got[("ladder_exhausted", None)] == 1
+    answers = [v for n, v, _ in recorded if n == "ladder_answers"]
+    quality = [v for n, v, _ in recorded if n == "ladder_quality_points"]
+    assert sum(answers) == 5 and sum(quality) == pytest.approx(2 * 1.0 + 0.8)
