@@ -230,6 +230,10 @@ class RouterState:
             if not self.is_down(name, now):
                 self._probation.discard(name)
         self._placeable = dict(placeable)
+        # A rung whose nodes are all gone starts afresh when capacity returns: its new
+        # replica proves itself by running (probation is for a rung that stayed hostable
+        # and failed anyway: a hung replica, an external backend that is down).
+        self._probation = {n for n in self._probation if self._placeable.get(n, False)}
         self._held = frozenset(held)
         self._going = dict(going_away or {})
         for name in [n for n, (until, _) in self._down.items() if until <= now]:

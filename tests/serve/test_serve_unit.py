@@ -502,3 +502,15 @@ def test_a_rung_that_keeps_failing_stays_down_longer_each_time():
     for t in range(200, 400, 1):  # capped
         s.mark_down("h100", "down for good", now=float(t) / 10 + 200)
     assert s.is_down("h100", 240.0 + 29.0)
+
+
+def test_a_rung_that_lost_its_node_needs_no_ping_when_a_new_one_comes():
+    state = _state(cooldown=1.0)
+    running = {"h100": 1, "a100": 1, "l4": 0}
+    state.observe(running, ALL_UP, now=0)
+    state.mark_down("h100", "NodeDiedError", now=0.1)
+    gone = {**ALL_UP, "h100": False}
+    state.observe({**running, "h100": 0}, gone, now=0.5)  # the node is gone
+    assert state.on_probation(2.0) == []
+    state.observe(running, ALL_UP, now=2.0)  # a new node and replica: streak 1 of 2
+    assert state.observe(running, ALL_UP, now=2.5).rung == "h100"
