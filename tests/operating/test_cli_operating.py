@@ -149,3 +149,62 @@ def test_the_timeline_draws_a_line_per_user_and_marks_events(tmp_path: Path) -> 
     assert lines(events)[("task", "embed")] == [(t + 4, "h100"), (t + 4, None)]
     out = draw(events, {"web": {"rungs": ["h100", "a100", "shed"]}}, tmp_path / "t.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+
+
+# --- rendering the report ------------------------------------------------------------------
+
+REPORT = {
+    "address": "10.0.0.1:6379", "time": 100.0, "alive_nodes": 3, "gone_entries": 0,
+    "ladders": [
+        {"part": "tune", "source": "gpu", "ladder": "gpu", "current": "a100",
+         "current_index": 1, "degraded_s": 12.5, "alert_fired": True,
+         "max_degraded_seconds": 10.0, "age_s": 0.4,
+         "rungs": [{"name": "h100", "kind": "compute", "obtainable": False, "nodes": 0,
+                    "replicas": 0, "served_1m": 0, "share_1m": None, "hook_role": "warming"},
+                   {"name": "a100", "kind": "compute", "obtainable": True, "nodes": 2,
+                    "replicas": 2, "served_1m": 0, "share_1m": None, "hook_role": None}],
+         "by_constraints": [{"constraints": {"jurisdiction": "eu"}, "current": "a100-eu",
+                             "degraded_s": 3.0}],
+         "unanswered_1m": {"exhausted": 2},
+         "trials": [{"trial": "t1", "status": "RUNNING", "rung": "a100", "degraded_s": 12.5}],
+         "last_transitions": [{"wall": 90.0, "kind": "transition", "from": "h100",
+                               "to": "a100", "reason": "trial t1: h100 lost"}]},
+        {"part": "hook", "source": "hook", "ladder": "gpu", "current": "a100",
+         "current_index": 1, "age_s": 0.2,
+         "rungs": [{"name": "h100", "role": "warming", "status": "requested", "nodes": 0}],
+         "last_transitions": []},
+    ],
+}
+
+
+def test_the_report_renders_for_people() -> None:
+    from rich.console import Console
+
+    from ray_ladder.cli.status_cmd import report_view
+
+    console = Console(record=True, width=140)
+    console.print(report_view(REPORT))
+    text = console.export_text()
+    assert "cluster 10.0.0.1:6379: 3 alive node(s), 2 ladder(s) in use" in text
+    assert "ladder gpu (tune gpu): on a100, degraded 12.5 s (alert at 10 s: FIRED)" in text
+    assert 'constraints {"jurisdiction": "eu"}: on a100-eu' in text
+    assert "trial t1 (RUNNING): a100" in text and "exhausted 2" in text
+    assert "ladder gpu (hook hook): on a100" in text and "requested" in text
+
+
+def test_watch_prints_a_report_per_interval_until_interrupted() -> None:
+    from ray_ladder.cli.status_cmd import _watch
+
+    class Reader:
+        calls = 0
+
+        def report(self) -> dict:
+            self.calls += 1
+            if self.calls > 3:
+                raise KeyboardInterrupt
+            return REPORT
+
+    with CliRunner().isolation() as streams:
+        _watch(Reader(), as_json=True, interval=0.01)  # type: ignore[arg-type]
+        lines = streams[0].getvalue().decode().splitlines()
+    assert len(lines) == 3 and all(json.loads(line) == REPORT for line in lines)
