@@ -43,22 +43,34 @@ def _placement_text(rung: Rung) -> str:
     return ", ".join(parts)
 
 
+def _train_text(rung: Rung) -> str:
+    """``4 x (ladder/h100=2)``: the gang a Ray Train run puts on the rung."""
+    if rung.train is None:
+        return "-"
+    each = rung.train.resources_per_worker
+    per = ", ".join(f"{k}={v:g}" for k, v in each.items()) if each else _placement_text(rung)
+    return f"{rung.train.workers} x ({per})"
+
+
 def ladder_table(ladder: Ladder) -> Table:
-    """A rich table of the rungs: order, kind, placement, quality, cost, tags (and capacity)."""
+    """A rich table of the rungs: order, kind, placement, quality, cost, tags (and capacity,
+    training shape)."""
     table = Table(title=f"ladder {ladder.name}")
     # In a narrow or piped terminal rich would cut cells to "eu-cloud-h1…"; keep rung names
     # whole and fold the other cells so no name, resource or tag is lost.
     # The capacity column appears only where a rung says how it is bought (issue 19).
     bought = any(r.capacity is not None for r in ladder.rungs)
+    trains = any(r.train is not None for r in ladder.rungs)  # likewise the training shape
     for col in ("#", "rung", "kind", "placement", "quality", "cost/h", "tags") + (
-            ("capacity",) if bought else ()):
+            ("capacity",) if bought else ()) + (("train",) if trains else ()):
         table.add_column(col, no_wrap=col in ("#", "rung"), overflow="fold")
     for i, r in enumerate(ladder.rungs):
         tags = ", ".join(f"{k}={v}" for k, v in r.tags.items())
         capacity = ((r.capacity.describe() if r.capacity else "on-demand" if r.is_compute
                      else "-"),) if bought else ()
+        train = (_train_text(r),) if trains else ()
         table.add_row(str(i), r.name, r.kind, _placement_text(r), f"{r.quality:g}",
-                      f"{r.cost_per_hour:g}", tags, *capacity)
+                      f"{r.cost_per_hour:g}", tags, *capacity, *train)
     return table
 
 
