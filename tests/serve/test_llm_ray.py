@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import httpx
 import openai
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from ray import serve
 
 from ray_ladder import Ladder
@@ -263,3 +265,57 @@ def test_an_eu_stream_never_gets_a_token_from_a_non_eu_rung_across_a_fall(health
         assert {c[1] for c in s.chunks} <= {"a100", "cpu"}
         assert "cpu" in {c[1] for c in s.chunks}
     healthy.ensure("a100")
+
+
+# Framing headers (Content-Length, Transfer-Encoding) that contradict the body cannot be
+# sent by a real client library; the raw-socket test below covers broken framing.
+HEADER_NAMES = ["X-Ladder-Jurisdiction", "X-Ladder-Max-Cost", "X-Ladder-Min-Quality",
+                "X-Ladder-Sites", "Content-Type", "Content-Encoding", "Accept",
+                "Accept-Encoding", "X-Ladder-Unknown"]
+header_text = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7e), max_size=30)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=10), kids,
+                                                              max_size=3), max_leaves=10)
+bodies = (st.binary(max_size=300)
+          | json_values.map(lambda v: json.dumps(v).encode())
+          | st.fixed_dictionaries({"model": st.just("llm-it"), "messages": json_values},
+                                  optional={"max_tokens": json_values, "stream": json_values,
+                                            "n": json_values, "stop": json_values,
+                                            "temperature": json_values}
+                                  ).map(lambda v: json.dumps(v).encode()))
+
+
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(method=st.sampled_from(["POST", "POST", "POST", "GET", "PUT", "DELETE", "PATCH"]),
+       path=st.sampled_from(["/", CHAT, "/v1/completions", "/v1/models", "/v1/x", "/-/ladder",
+                             "/v1/chat/completions/extra"]),
+       headers=st.dictionaries(st.sampled_from(HEADER_NAMES), header_text, max_size=4),
+       body=bodies)
+def test_hostile_http_gets_4xx_or_an_answer_never_a_5xx(healthy, method, path, headers,
+                                                         body):
+    try:
+        response = healthy.http.request(method, healthy.url + path, content=body,
+                                        headers=headers, timeout=30)
+    except httpx.HTTPError:
+        return  # the client refused to send it (a malformed header of its own): nothing sent
+    assert response.status_code < 500 or response.status_code == 503, (
+        method, path, headers, body[:80], response.status_code, response.text[:300])
+
+
+def test_slow_and_vanishing_clients_leave_the_router_serving(healthy):
+    import socket
+
+    host, port = "127.0.0.1", int(healthy.url.rsplit(":", 1)[1])
+    body = json.dumps({**chat(max_tokens=3), "stream": True}).encode()
+    head = (f"POST {CHAT} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    for cut in (len(head) // 2, len(head), len(head) + len(body) // 2):  # hang up mid-way
+        with socket.create_connection((host, port), timeout=10) as sock:
+            data = head + body
+            for i in range(0, cut, 7):  # a slow client, 7 bytes at a time
+                sock.sendall(data[i:min(i + 7, cut)])
+    reply = healthy.http.post(healthy.url + CHAT, json=chat(max_tokens=2)).json()
+    assert reply["choices"][0]["message"]["content"] == " 1 2"
+    assert healthy.state()["probe_errors"] == 0

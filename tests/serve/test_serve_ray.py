@@ -98,7 +98,8 @@ def app(local_cluster):
         options["l4"] = {**quick, "autoscaling_config": {"downscale_delay_s": 1.0}}
         handle = serve.run(build_app(LADDER, {"h100": Model, "a100": Model, "l4": Model},
                                      init_kwargs={"a100": {"greeting": "hallo"}},
-                                     max_body_bytes=MAX_BODY, deployment_options=options),
+                                     max_body_bytes=MAX_BODY, deployment_options=options,
+                                     routes={"/eu": {"jurisdiction": "eu"}}),
                            name="it")
         yield App(cluster, port, handle)
     finally:
@@ -341,9 +342,43 @@ def test_503_with_retry_after_when_nothing_eligible_is_left(app):
     assert [a.rung for a in info.value.attempts] == ["cache", "shed"]
 
 
-def test_the_openai_routes_of_a_ladder_without_llm_rungs_answer_404(app):
+def test_the_openai_routes_of_a_ladder_without_llm_rungs_answer_404(healthy):
+    app = healthy
     response = app.client.post(app.url + "/v1/chat/completions", json={
         "model": "serve-it", "messages": [{"role": "user", "content": "hi"}]})
     assert response.status_code == 404
     assert "no LLM rung" in response.json()["error"]["message"]
     assert app.post({"prompt": "still"}).status_code == 200  # the JSON route is unaffected
+
+
+def test_an_eu_bound_route_never_answers_from_a_non_eu_rung_whatever_the_headers(healthy):
+    app = healthy
+
+    def post_eu(payload, **headers):
+        return app.client.post(app.url + "/eu", json=payload, headers=headers)
+
+    us_only = {"q": "answered on h100 first"}
+    eu_too = {"q": "answered on a100 first"}
+    assert app.post(us_only).headers["X-Ladder-Rung"] == "h100"  # cached, producer h100
+    assert post_eu(eu_too).headers["X-Ladder-Rung"] == "a100"  # cached, producer a100
+    combos = [{}, {"X-Ladder-Jurisdiction": "eu"}, {"X-Ladder-Max-Cost": "100"},
+              {"X-Ladder-Min-Quality": "0.5"}, {"X-Ladder-Jurisdiction": "us"},
+              {"X-Ladder-Jurisdiction": "us", "X-Ladder-Min-Quality": "0.1"}]
+    for headers in combos:
+        response = post_eu({"q": "any"}, **headers)
+        if headers.get("X-Ladder-Jurisdiction") == "us":
+            assert response.status_code == 403, response.text  # cannot widen the binding
+            assert "bound to 'eu'" in response.json()["error"]
+        else:
+            assert response.status_code == 200 and response.headers["X-Ladder-Rung"] == "a100"
+    # The global route is not bound: its requests still climb to h100.
+    assert app.post({"q": "global"}).headers["X-Ladder-Rung"] == "h100"
+    # With a100 gone only the cache can answer EU requests: never h100's cached answer.
+    app.kill("a100")
+    wait_until(lambda: post_eu({"q": "probe"}).status_code == 503, SLOW, 0.1,
+               "the eu route down to cache and shed")
+    assert post_eu(us_only).status_code == 503  # h100 produced it: not for this route
+    hit = post_eu(eu_too)
+    assert hit.status_code == 200 and hit.headers["X-Ladder-Rung"] == "cache"
+    assert hit.headers["X-Ladder-Source-Rung"] == "a100"
+    app.ensure("a100")
