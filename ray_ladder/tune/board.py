@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ray.tune.experiment import Trial
 
 from ray_ladder.cluster.board import PUBLISH_S, LadderBoard
+from ray_ladder.cluster.event_log import log_event
+from ray_ladder.core.events import TransitionEvent
 
 if TYPE_CHECKING:
     from ray_ladder.tune._state import TrialState, View
@@ -25,6 +27,12 @@ class RunSource(Protocol):
 logger = logging.getLogger(__name__)
 _boards: weakref.WeakKeyDictionary[Any, tuple[LadderBoard, list[float]]] = \
     weakref.WeakKeyDictionary()
+
+
+def record_move(event: TransitionEvent) -> None:
+    """Log and record one trial's move; its source is the trial (``trial <id>``, how the
+    scheduler's reasons begin), so each trial is its own line on a timeline."""
+    log_event(event, part="tune", source=event.reason.split(":", 1)[0])
 
 
 def publish_run(scheduler: RunSource, trials: list[tuple[Trial, TrialState]],

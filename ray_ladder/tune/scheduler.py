@@ -14,13 +14,12 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from ray_ladder.cluster import ray_private
 from ray_ladder.cluster.capacity import ray_node_states
-from ray_ladder.cluster.event_log import log_event
 from ray_ladder.core.events import Direction, TransitionEvent
 from ray_ladder.core.placement import PREEMPTION_NOTICE, NodeState
 from ray_ladder.core.selector import Selector
 from ray_ladder.tune._state import TrialState, View
 from ray_ladder.tune.active import ACTIVE
-from ray_ladder.tune.board import publish_run
+from ray_ladder.tune.board import publish_run, record_move
 from ray_ladder.tune.history import RungSpan, summary
 from ray_ladder.tune.trainable import LadderTrialSpec, spec_of
 
@@ -392,7 +391,7 @@ class LadderScheduler(TrialScheduler):
             state.spans[-1] = replace(state.spans[-1], end=self._wall(), ended_by=why)
 
     def _emit(self, event: TransitionEvent) -> None:
-        log_event(event, part="tune", source=event.reason.split(":", 1)[0])  # "trial <id>"
+        record_move(event)  # the event store and the transition metrics
         if self.on_event is not None:
             self.on_event(event)
         else:
