@@ -48,13 +48,16 @@ class GangCapacity:
         workers: Workers in the gang.
         fit_now: Workers that fit on alive nodes right now (a run's own bundles count free).
         fit_empty: Workers that would fit on the alive nodes if they were empty.
-        excluded: Alive nodes left out (suspected lost or going away) that match the rung.
+        excluded: Alive nodes left out (suspected lost, or named by a preemption notice).
+        draining: Matching nodes Ray is draining: they count on empty nodes, never now (a
+            draining node takes no new work).
     """
 
     workers: int
     fit_now: int
     fit_empty: int
     excluded: int = 0
+    draining: int = 0
 
     @property
     def obtainable(self) -> bool:
@@ -72,7 +75,9 @@ class GangCapacity:
         """A short sentence for an exhausted-ladder error or an event."""
         text = (f"{self.state}: {self.workers} workers needed, {self.fit_now} fit now, "
                 f"{self.fit_empty} on empty nodes")
-        return text + (f" ({self.excluded} node(s) left out)" if self.excluded else "")
+        if self.excluded:
+            text += f" ({self.excluded} node(s) left out)"
+        return text + (f" ({self.draining} node(s) draining)" if self.draining else "")
 
 
 def _count(per_node: list[int], workers: int, strategy: str) -> int:
@@ -98,8 +103,9 @@ def gang_capacity(
         nodes: Node states (Ray's GCS view).
         held: Resources the run's own worker group holds per node; counted free, since the
             group is replaced by the one being placed.
-        exclude: Node ids not to count (a node whose workers just died, a node being
-            drained): they may still look alive in the GCS.
+        exclude: Node ids not to count (a node whose workers just died, a node a
+            preemption notice named): they may still look alive in the GCS. Nodes Ray
+            reports draining never count now either.
         strategy: The placement-group strategy: ``PACK``/``SPREAD`` count bundles on any
             node, ``STRICT_PACK`` needs them all on one node, ``STRICT_SPREAD`` one a node.
 
@@ -116,20 +122,24 @@ def gang_capacity(
     held = held or {}
     now: list[int] = []
     empty: list[int] = []
-    excluded = 0
+    excluded = draining = 0
     for node in nodes:
         if not node.alive or not label_matches(rung.label_selector, node.labels):
             continue
         if node.node_id in exclude:
             excluded += 1
             continue
+        empty.append(fits(need, node.total))
+        if node.draining:  # a preemption notice: it goes away and takes no new work
+            draining += 1
+            now.append(0)
+            continue
         free = dict(node.available)
         for key, amount in held.get(node.node_id, {}).items():
             free[key] = free.get(key, 0.0) + amount
         now.append(fits(need, free))
-        empty.append(fits(need, node.total))
     return GangCapacity(workers, _count(now, workers, strategy), _count(empty, workers, strategy),
-                        excluded)
+                        excluded, draining)
 
 
 def train_ladder(ladder: Ladder) -> Ladder:

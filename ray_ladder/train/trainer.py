@@ -48,6 +48,8 @@ class LadderResult:
     ladder: LadderSummary
 
     def __getattr__(self, name: str) -> Any:
+        if name in ("result", "ladder") or name.startswith("__"):  # unpickling, copying
+            raise AttributeError(name)
         return getattr(self.result, name)
 
 

@@ -177,3 +177,30 @@ def test_a_worker_finds_its_rung_from_its_resources_world_size_and_labels() -> N
     assert rung_of(spec, {"ladder/a100": 1.0}, 4, {}) is None
     eu = WorkerSpec(LADDER, Constraints(jurisdiction="eu"), "run")
     assert rung_of(eu, {"ladder/h100": 2.0}, 4, {}) is None  # never a rung it may not use
+
+
+def test_a_ladder_result_reads_through_to_rays_and_pickles() -> None:
+    import pickle
+
+    from ray_ladder.train.trainer import LadderResult
+
+    ray_result = type("Result", (), {"metrics": {"loss": 0.5}, "error": None})()
+    result = LadderResult(ray_result, LadderSummary("l", "h"))
+    assert result.metrics == {"loss": 0.5} and result.error is None
+    assert result.ladder.path == []
+    with pytest.raises(AttributeError):
+        _ = result.no_such_thing
+    copy = pickle.loads(pickle.dumps(LadderResult({"k": 1}, LadderSummary("l", "h"))))
+    assert copy.result == {"k": 1}
+
+
+def test_a_draining_node_takes_no_new_gang_and_is_never_climbed_to() -> None:
+    draining = NodeState("big", True, {"ladder/h100": 8}, {"ladder/h100": 8}, {},
+                         draining=True, drain_deadline=100.0)
+    cap = gang_capacity(LADDER.rung("h100x8"), [draining])
+    assert (cap.obtainable, cap.state, cap.draining) == (False, "busy", 1)
+    assert "(1 node(s) draining)" in cap.why()
+    planner = GangPlanner(LADDER)
+    assert planner.place([draining, A1, A2], now=0.0).rung == "a100x8"
+    for t in range(1, 5):  # hysteresis 2, and still never: the big node is going away
+        assert planner.observe([draining, A1, A2], float(t), placed="a100x8") is None

@@ -150,7 +150,9 @@ def test_a_killed_node_resumes_from_the_last_checkpoint_on_the_next_shape(story:
     # node died (it commits at its next poll of every worker).
     assert last_top - low["resumed_from"] <= 2 * EVERY
     lost, fell = story.result.ladder.spans[:2]
-    assert lost.ended_by == "node lost"
+    # "node lost" once the GCS has marked the node dead, "workers lost" if Ray Train saw its
+    # workers die first; never "workers failed" (that is the training code's own error).
+    assert lost.ended_by in ("node lost", "workers lost")
     assert fell.rung == "a100x8" and set(fell.node_ids) == story.a100_nodes  # 2 + 2 workers
     assert sorted(fell.node_ids).count(sorted(story.a100_nodes)[0]) == 2
     event = story.result.ladder.events[1]
