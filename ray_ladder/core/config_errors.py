@@ -12,11 +12,12 @@ from ray_ladder.core.exceptions import ConfigIssue
 _VALID_KEYS = {
     "ladder": "schema_version, name, description, rungs, policy",
     "rungs": "name, kind, resources, num_gpus, num_cpus, accelerator_type, label_selector, "
-    "quality, cost_per_hour, tags, params, standby_replicas, cache, capacity",
+    "quality, cost_per_hour, tags, params, standby_replicas, cache, capacity, train",
     "policy": "promotion_hysteresis, max_degraded_seconds, probe_interval_s, "
     "pending_timeout_s, retry_after_s",
     "cache": "max_entries, ttl_s",
     "capacity": "type, reservation, max_wait_s, max_run_s, start, end, leave_before_s",
+    "train": "workers, resources_per_worker",
 }
 
 _TYPE_FIXES = {
