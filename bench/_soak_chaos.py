@@ -1,6 +1,6 @@
 """The soak's seeded chaos: SIGKILL and re-add rung nodes at random intervals, and kill
 a rung replica, the router replica, the orchestrator and the hook once each; throttle a
-rung node's processes to a fifth of a CPU for a while (bench/soak.py runs it)."""
+rung node's processes to half the time for a while (bench/soak.py runs it)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def _serve_actor(fragment: str | None, app: str) -> Any:
     return ray.get_actor(names[0], namespace="serve"), names[0]
 
 
-def throttle(node: Any, seconds: float, share: float = 0.2) -> None:
+def throttle(node: Any, seconds: float, share: float = 0.5) -> None:
     """Let a node's raylet and workers run only ``share`` of each 0.25 s (SIGSTOP/SIGCONT):
     the node stays alive and answers health checks, slowly, like a CPU-starved VM."""
     procs: list[psutil.Process] = []

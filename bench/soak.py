@@ -6,7 +6,7 @@ once: JSON-route HTTP requests, streamed chat completions on the OpenAI-compatib
 and calls are bound to the EU (``a100`` and ``cpu`` are EU rungs, ``l4`` is not). Chaos
 (bench/_soak_chaos.py): rung nodes SIGKILLed and re-added at random intervals, and once
 each a rung replica, the router replica, the task orchestrator and the autoscaler hook
-SIGKILLed and a rung node throttled to a fifth of a CPU for 8 s.
+SIGKILLed and a rung node's processes stopped half of every 0.25 s for 8 s.
 
 It prints ONE JSON object on stdout: counts, wrong-rung answers (a rung the call's
 constraints exclude), residency violations (an EU-bound answer from a non-EU rung), max
@@ -62,8 +62,10 @@ ALL_RUNGS = {"a100", "l4", "cpu"}
 
 if __name__ != "__main__":  # imported by the test: workers cannot import "soak"
     import cloudpickle
+    from ray import cloudpickle as ray_cloudpickle
 
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    for _pickler in (cloudpickle, ray_cloudpickle):
+        _pickler.register_pickle_by_value(sys.modules[__name__])
 
 
 class Model:
@@ -146,6 +148,11 @@ def soak(cluster: LocalCluster, duration_s: float, seed: int = 0) -> dict[str, A
     start_hook(JSON_LADDER, {"interval_s": 1.0})
     wait_until(lambda: httpx.post(url + "/", json={}).headers.get("x-ladder-rung") == "a100",
                180, 0.25, "the JSON route on a100")
+    def warm(prefix: str) -> bool:  # steady state first: the cpu standby replica is up
+        rungs = httpx.get(f"{url}{prefix}/-/ladder", timeout=30).json()["rungs"]
+        return any(r["name"] == "cpu" and r["running_replicas"] >= 1 for r in rungs)
+
+    wait_until(lambda: warm("") and warm("/llm"), 180, 0.5, "the cpu rungs' standby replicas")
     eu = Constraints(jurisdiction="eu")
     ray.get([work.remote(0, 0.0), work.options(constraints=eu).remote(0, 0.0)], timeout=180)
 
