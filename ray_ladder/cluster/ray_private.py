@@ -384,3 +384,16 @@ def drain_node(address: str, node_id: str, deadline_s: float | None,
     accepted, rejection = client.drain_node(
         node_id, DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"), message, deadline_ms)
     return bool(accepted), str(rejection)
+
+
+# --- objects: where a value is (the task ladder's data path) ------------------------------
+PRIVATE_USES += (("ray._raylet", "CoreWorker.object_exists"),)
+
+
+def object_exists(ref: Any, memory_store_only: bool = False) -> bool:
+    """``CoreWorker.object_exists``: ``ref``'s value is in this process's memory store (a
+    small value, or an error) or, unless ``memory_store_only``, this node's object store."""
+    from ray._private.worker import global_worker
+
+    return bool(global_worker.core_worker.object_exists(  # type: ignore[attr-defined]
+        ref, memory_store_only=memory_store_only))

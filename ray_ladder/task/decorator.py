@@ -16,6 +16,7 @@ from ray_ladder.core.spec import Ladder, as_ladder
 from ray_ladder.task.native import NativePath, native_problem, native_rung
 from ray_ladder.task.options import TaskOptions, TaskSpec
 from ray_ladder.task.orchestrator.registry import ensure_registered, get_orchestrator
+from ray_ladder.task.transfer import by_reference
 
 
 class LadderTask:
@@ -83,7 +84,10 @@ class LadderTask:
             return NativePath.of(self._key, self._spec).submit(args, kwargs)
         handle = get_orchestrator()
         ensure_registered(handle, self._key, self._spec)
-        if kwargs or any(isinstance(a, ray.ObjectRef) for a in args):
+        # Large values go by reference, put here once as Ray would put them: the
+        # orchestrator then handles a ref, never the value (docs/tasks.md, data path).
+        args, kwargs, any_ref = by_reference(args, kwargs)
+        if kwargs or any_ref:
             return handle.run.remote(self._key, (args, kwargs))
         return handle.run_args.remote(self._key, *args)
 

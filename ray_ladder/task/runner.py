@@ -107,15 +107,20 @@ def make_native_runner(fn: Callable[..., Any],
     the best rung whose selector matches the node it landed on.
     """
 
-    def ladder_native_attempt(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        import ray
+    here: list[str] = []  # this worker's rung: a worker never changes node
 
-        # Annotated Dict[str, List[str]] in 2.60, but the values are label strings.
-        labels = {k: v if isinstance(v, str) else ",".join(v)
-                  for k, v in ray.get_runtime_context().get_node_labels().items()}
-        name = rung_for_labels(labels, selectors)
-        if name is None:  # cannot happen while the selectors are the placement
-            raise RuntimeError(f"node labels {dict(labels)} match no rung of this ladder")
+    def ladder_native_attempt(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        if not here:
+            import ray
+
+            # Annotated Dict[str, List[str]] in 2.60, but the values are label strings.
+            labels = {k: v if isinstance(v, str) else ",".join(v)
+                      for k, v in ray.get_runtime_context().get_node_labels().items()}
+            name = rung_for_labels(labels, selectors)
+            if name is None:  # cannot happen while the selectors are the placement
+                raise RuntimeError(f"node labels {dict(labels)} match no rung of this ladder")
+            here.append(name)
+        name = here[0]
         return fn(*args, rung=contexts[name], **kwargs), name
 
     return ladder_native_attempt

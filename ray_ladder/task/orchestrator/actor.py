@@ -161,12 +161,13 @@ class LadderOrchestrator:
     async def status(self) -> dict[str, Any]:
         """Counters and per-task rung state (for tests, benchmarks and debugging)."""
         return {
+            "pid": os.getpid(),  # benchmarks read this process's memory
             "stats": dict(self.stats),
             "tasks": {k: {"name": t.name, "current": t.selector.current,
                           "obtainable": dict(t.obtainable), "congested": sorted(t.congested),
                           "queued": {n: len(lane.queue) for n, lane in t.lanes.items()},
                           "in_flight": {n: len(lane.batches) for n, lane in t.lanes.items()},
-                          "ewma_s": t.ewma}
+                          "ewma_s": t.ewma, "large_answers": t.large_answers}
                       for k, t in self.tasks.items()},
         }
 

@@ -5,16 +5,28 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import math
-from typing import Any
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Literal
 
 import ray
 from ray.exceptions import GetTimeoutError
 
+from ray_ladder.cluster import ray_private
 from ray_ladder.core.exceptions import Attempt
 
 #: Batches aim at this much work; tasks longer than it always run one call per attempt.
 TARGET_BATCH_S = 0.02
 MAX_BATCH = 256
+#: How long the orchestrator waits for a large answer to reach its node before answering
+#: anyway (the caller then reads it from the rung's node); in steps, to notice a loss.
+FETCH_MAX_S = 10.0
+FETCH_STEP_S = 0.5
+#: Transfers of large answers to the orchestrator's node at once (threads: Ray has no
+#: asyncio wait that fetches without reading the value).
+FETCH_THREADS = 8
+
+_fetch_pool: ThreadPoolExecutor | None = None
 
 
 class Call:
@@ -48,7 +60,7 @@ class Call:
 class Batch:
     """One attempt: a streaming task running one or more calls on one rung."""
 
-    __slots__ = ("calls", "gen", "node", "started", "cancel_reason", "fall")
+    __slots__ = ("calls", "gen", "node", "started", "cancel_reason", "fall", "clock")
 
     def __init__(self, calls: list[Call], gen: Any) -> None:
         self.calls = calls
@@ -57,6 +69,8 @@ class Batch:
         self.started = False
         self.cancel_reason: str | None = None
         self.fall = False
+        # Set once the attempt has a slot of its lane: its pending clock runs from then.
+        self.clock = asyncio.Event()
 
     def cancel(self, reason: str, *, fall: bool = False) -> None:
         self.cancel_reason = reason
@@ -83,3 +97,28 @@ async def deps_ready(deps: list[ray.ObjectRef], started: asyncio.Future[Any]) ->
             return
         await asyncio.sleep(delay)
         delay = min(delay * 2, 0.2)
+
+
+def _fetch(ref: ray.ObjectRef) -> Literal["here", "lost", "there"]:
+    deadline = time.monotonic() + FETCH_MAX_S
+    while True:
+        ray.wait([ref], fetch_local=True, timeout=FETCH_STEP_S)
+        if ray_private.object_exists(ref, memory_store_only=True):  # an error replaced it
+            return "lost"
+        if ray_private.object_exists(ref):
+            return "here"
+        if time.monotonic() >= deadline:
+            return "there"
+
+
+async def fetched_here(ref: ray.ObjectRef) -> Literal["here", "lost", "there"]:
+    """Copy a large item into this node's object store without reading it.
+
+    ``"here"``: it is on this node (the driver's: it now outlives the rung's node);
+    ``"lost"``: it went with its node (reading it raises); ``"there"``: not here within
+    :data:`FETCH_MAX_S` (this node's store is full), it stays on the rung's node.
+    """
+    global _fetch_pool
+    if _fetch_pool is None:
+        _fetch_pool = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="ladder-fetch")
+    return await asyncio.get_running_loop().run_in_executor(_fetch_pool, _fetch, ref)

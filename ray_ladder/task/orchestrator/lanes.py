@@ -11,7 +11,9 @@ from collections.abc import Coroutine, Mapping
 from typing import Any, Protocol
 
 from ray.exceptions import RayTaskError, WorkerCrashedError
+from ray.experimental import get_object_locations
 
+from ray_ladder.cluster import ray_private
 from ray_ladder.cluster.errors import is_rung_gone
 from ray_ladder.task.orchestrator.calls import (
     MAX_BATCH,
@@ -19,6 +21,7 @@ from ray_ladder.task.orchestrator.calls import (
     Batch,
     Call,
     deps_ready,
+    fetched_here,
     value_of,
 )
 from ray_ladder.task.policy import (
@@ -28,12 +31,14 @@ from ray_ladder.task.policy import (
     on_pending_timeout,
 )
 from ray_ladder.task.runner import CallFailed
+from ray_ladder.task.transfer import LARGE_BYTES, Forward
 
 
 class LaneOwner(Protocol):
     """What a lane needs of its task's state (``TaskState`` provides it; no import)."""
 
     congested: dict[str, float]
+    large_answers: bool  # answers were large once: every call runs alone (no batching)
 
     @property
     def snapshot(self) -> Any: ...
@@ -60,14 +65,23 @@ class LaneOwner(Protocol):
     def observe_duration(self, seconds: float) -> None: ...
 
 
+#: Attempts of calls that run alone which a lane keeps queued in Ray beyond its slots,
+#: so that Ray holds the next lease request (and its arguments, fetched to the node) when
+#: a slot frees, as it does for plain tasks. Such an attempt waits for the lane's own
+#: work, not for a busy rung: its pending clock starts when it gets a slot.
+PIPELINE = 1
+
+
 class Lane:
-    """Calls bound for one rung: at most one attempt in flight per placement that fits."""
+    """Calls bound for one rung: one attempt running per placement that fits, and up to
+    :data:`PIPELINE` more queued in Ray for calls that run alone."""
 
     def __init__(self, task: LaneOwner, rung: str) -> None:
         self.task = task
         self.rung = rung
         self.queue: deque[Call] = deque()
-        self.batches: set[Batch] = set()
+        self.batches: set[Batch] = set()  # attempts whose Ray task has not ended
+        self.waiting: deque[Batch] = deque()  # of those, the ones without a slot yet
         self.timer: asyncio.TimerHandle | None = None
         self.timer_for: Call | None = None
 
@@ -82,11 +96,28 @@ class Lane:
         self.pump()
 
     def pump(self) -> None:
-        while self.queue and len(self.batches) < self.limit():
+        while self.queue and len(self.batches) < self.limit() + self._extra(self.queue[0]):
             calls = self._take()
             if calls:
                 self._submit(calls)
         self._arm()
+
+    def _extra(self, call: Call) -> int:
+        """Pipelined attempts allowed for ``call``: none for tiny calls, which batch."""
+        ewma = self.task.ewma
+        alone = call.solo or self.task.large_answers or ewma is None or ewma >= TARGET_BATCH_S
+        return PIPELINE if alone else 0
+
+    def _release(self, batch: Batch) -> None:
+        """``batch``'s Ray task ended: its slot goes to the oldest waiting attempt."""
+        if batch not in self.batches:
+            return
+        self.batches.discard(batch)
+        if batch in self.waiting:
+            self.waiting.remove(batch)
+        elif self.waiting:
+            self.waiting.popleft().clock.set()
+        self.pump()
 
     def _take(self) -> list[Call]:
         q = self.queue
@@ -94,7 +125,7 @@ class Lane:
         if first.done:
             return []
         ewma = self.task.ewma
-        if first.solo or ewma is None:
+        if first.solo or ewma is None or self.task.large_answers:
             return [first]
         size = min(MAX_BATCH, max(1, int(TARGET_BATCH_S / max(ewma, 1e-6))))
         free = max(1, self.limit() - len(self.batches))
@@ -123,6 +154,10 @@ class Lane:
         batch = Batch(calls, self.task.runners[self.rung].remote(self.rung, layout, *flat))
         for call in calls:
             call.batch = batch
+        if len(self.batches) - len(self.waiting) < self.limit():
+            batch.clock.set()
+        else:
+            self.waiting.append(batch)
         self.batches.add(batch)
         self.task.count("attempts")
         self.task.spawn(self.drive(batch))
@@ -189,6 +224,8 @@ class Lane:
             deps = [d for c in calls for d in c.deps]
             if deps:  # the pending clock starts once Ray can schedule the attempt
                 await deps_ready(deps, first)
+            if not batch.clock.is_set():  # queued in Ray behind this lane's own attempts
+                await self._wait_for_slot(batch, first)
             # Time in this lane's queue had its own deadline; Ray gets a full window.
             deadline = loop.time() + pt
             while True:
@@ -206,8 +243,16 @@ class Lane:
                 deadline = loop.time() + min(pt, task.probe_s)
             batch.node = await value_of(first.result())
             batch.started = True
-            item = await value_of(await gen.__anext__())
-            self._answer(calls, [item] if len(calls) == 1 else item)
+            # Wait for the attempt's end, not for its answer item: Ray's async read of a
+            # pending item fetches it here and deserializes it, which a large answer
+            # must not cost. At the end every item is in, so reading refs fetches nothing.
+            await gen.completed()
+            self._release(batch)  # the rung's worker is free: the next attempt may start
+            answer = await gen.__anext__()
+            if len(calls) == 1:
+                self._answer(calls, [await self._single(answer)])
+            else:
+                self._answer(calls, await self._items(answer, len(calls)))
             i = len(calls)
             done = await value_of(await gen.__anext__())
             task.observe_duration(done.seconds / len(calls))
@@ -218,8 +263,55 @@ class Lane:
                 for call in calls[i:]:
                     task.fail(call, bug, rung)
         finally:
-            self.batches.discard(batch)
+            self._release(batch)
             self.pump()
+
+    async def _wait_for_slot(self, batch: Batch, first: asyncio.Future[Any]) -> None:
+        """A pipelined attempt waits for a slot of the lane (or for Ray to start it).
+
+        Its calls wait behind the lane's own work as queued calls do, so the same rule
+        holds: past their deadline they fall when a lower rung can take them.
+        """
+        loop = asyncio.get_running_loop()
+        task = self.task
+        slot = asyncio.ensure_future(batch.clock.wait())
+        try:
+            while batch.cancel_reason is None:
+                deadline = min(c.deadline for c in batch.calls)
+                timeout = None if math.isinf(deadline) else max(0.0, deadline - loop.time())
+                done, _ = await asyncio.wait({first, slot}, timeout=timeout,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if done:
+                    return
+                action = on_pending_timeout(
+                    task.pending_timeout_s, ahead=len(self.batches) - len(self.waiting),
+                    lower_obtainable=task.lower_obtainable(self.rung))
+                if action.kind == "fall":
+                    batch.cancel(action.reason, fall=True)  # the calls fall (_failed)
+                    return
+                for call in batch.calls:  # nothing below: look again a little later
+                    call.deadline = loop.time() + min(task.pending_timeout_s, task.probe_s)
+        finally:
+            slot.cancel()
+
+    async def _single(self, ref: Any) -> Any:
+        """One call's answer: a small value as it is; a large one stays where it is, and
+        the call answers with a :class:`Forward` once a copy is on this node."""
+        if ray_private.object_exists(ref, memory_store_only=True):
+            return await value_of(ref)
+        self.task.large_answers = True
+        if await fetched_here(ref) == "lost":
+            return await value_of(ref)  # raises: the rung is gone, the call runs again
+        return Forward(ref)
+
+    async def _items(self, ref: Any, n: int) -> Any:
+        """A batch's answers (one list). A large list means large answers: later calls
+        run alone, so no answer passes through here again."""
+        if not ray_private.object_exists(ref, memory_store_only=True):
+            size = get_object_locations([ref]).get(ref, {}).get("object_size") or 0
+            if size > n * LARGE_BYTES:
+                self.task.large_answers = True
+        return await value_of(ref)
 
     def _answer(self, calls: list[Call], items: list[Any]) -> None:
         task, rung = self.task, self.rung

@@ -78,6 +78,7 @@ class TaskState:
                         for r in eligible}
         self.lanes = {r.name: Lane(self, r.name) for r in eligible}
         self.congested: dict[str, float] = {}  # rung -> when an attempt timed out pending
+        self.large_answers = False  # an answer was large: no batching (see Lane._single)
         self.obtainable: dict[str, bool] = {}
         self.ewma: float | None = None
         self.snapshot: Any = None
