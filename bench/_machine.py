@@ -9,7 +9,8 @@ object in its JSON:
 ``load_avg_after``      the same when it finished
 ``cpu_busy_pct``        share of all CPUs' time not idle during the run (``/proc/stat``)
 ``cpu_steal_pct``       share taken by the hypervisor for other guests (``/proc/stat``);
-                        ``null`` where ``/proc/stat`` cannot be read
+                        both ``null`` where ``/proc/stat`` cannot be read or the run was
+                        too short to tell
 ``measured_s``          seconds between the two readings
 
 :class:`PeakMemory` samples one process's memory through a phase (the task ladder's
@@ -22,6 +23,9 @@ import os
 import threading
 import time
 from typing import Any
+
+#: Clock ticks (all CPUs) a run must span for busy and steal shares (0.5 s of one CPU).
+MIN_TICKS = 50
 
 
 def _proc_stat() -> list[int] | None:
@@ -75,7 +79,7 @@ class MachineProbe:
         if self._stat is not None and end is not None:
             delta = [b - a for a, b in zip(self._stat, end, strict=False)]
             total = sum(delta[:8])  # guest time is counted inside user already
-            if total > 0:
+            if total >= MIN_TICKS:  # a shorter run says nothing about the machine's load
                 idle = delta[3] + (delta[4] if len(delta) > 4 else 0)
                 busy = round(100 * (total - idle) / total, 1)
                 steal = round(100 * delta[7] / total, 2) if len(delta) > 7 else None

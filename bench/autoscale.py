@@ -118,6 +118,9 @@ def _provider(events: list[dict], what: str, node_type: str, after: float = 0.0)
 
 
 def main() -> dict[str, Any]:
+    from _machine import MachineProbe
+
+    probe = MachineProbe()
     cluster = FakeAutoscalingCluster(
         {n: fake_worker_type({f"ladder/{n}": 1}, labels={"ladder.node-type": n})
          for n in ("h100", "a100")},
@@ -175,7 +178,7 @@ def main() -> dict[str, Any]:
     stockout_window = t_allow - t_refuse
     r = lambda x: round(x, 2)  # noqa: E731
     return {
-        "machine": "2 cores shared with other engineers' Ray clusters (timings noisy)",
+        "machine": probe.report(),
         "cluster_boot_s": r(boot_s),
         "stockout_to_fallback_node_s": r(t_a100_answer - t_refuse),
         "stockout_terms": {

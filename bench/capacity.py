@@ -60,6 +60,9 @@ def _refresh_following_hook_us(interval_s: float) -> float:
 
 
 def main(rounds: int = 3) -> dict[str, object]:
+    from _machine import MachineProbe
+
+    probe = MachineProbe()
     with LocalCluster({"h100": {"resources": {"ladder/h100": 1}},
                        "a100": {"resources": {"ladder/a100": 1}}}) as cluster:
         view = CapacityView(LADDER, refresh_interval_s=REFRESH_S)
@@ -103,6 +106,7 @@ def main(rounds: int = 3) -> dict[str, object]:
         "kill_to_unobtainable_s": out["kill_to_unobtainable_s"] < 1.5,
         "add_to_obtainable_s": out["add_to_obtainable_s"] < 2.5,
     }
+    out["machine"] = probe.report()
     return out
 
 

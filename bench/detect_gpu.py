@@ -38,6 +38,9 @@ def _version(dist: str) -> str | None:
 
 
 def main() -> dict[str, Any]:
+    from _machine import MachineProbe
+
+    probe = MachineProbe()
     start = time.perf_counter()
     detection = detect()
     detect_ms = (time.perf_counter() - start) * 1000
@@ -54,8 +57,9 @@ def main() -> dict[str, Any]:
         "ray_detects": {"GPU": node.gpus, "accelerator_type": node.accelerator_type},
         "nvidia_smi_L": _nvidia_smi_list(),
         "versions": {d: _version(d) for d in ("nvidia-ml-py", "pynvml", "gpustat")},
+        "machine": probe.report(),
     }
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(), indent=2))
+    print(json.dumps(main(), indent=2), flush=True)

@@ -27,7 +27,10 @@ LADDER = Ladder.from_dict(
 )
 
 
-def main(n: int = 300_000, seed: int = 0) -> dict[str, float]:
+def main(n: int = 300_000, seed: int = 0) -> dict[str, object]:
+    from _machine import MachineProbe
+
+    probe = MachineProbe()
     rng = random.Random(seed)
     compute = ["h100", "a100", "l4", "cpu"]
     # Pre-build observations so the loop times the selector, not the RNG.
@@ -39,8 +42,9 @@ def main(n: int = 300_000, seed: int = 0) -> dict[str, float]:
         observe(pool[i & 1023], float(i))
     elapsed = time.perf_counter() - start
     return {"observe_per_s": round(n / elapsed), "rungs": len(LADDER.rungs),
-            "observations": n, "goal": 100_000, "met": n / elapsed >= 100_000}
+            "observations": n, "goal": 100_000, "met": n / elapsed >= 100_000,
+            "machine": probe.report()}
 
 
 if __name__ == "__main__":
-    print(json.dumps(main()))
+    print(json.dumps(main()), flush=True)

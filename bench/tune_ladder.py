@@ -192,9 +192,12 @@ def main() -> None:
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # Tune's error report for the killed trial is expected
 
+    from _machine import MachineProbe
+
     from ray_ladder import Ladder
     from ray_ladder.testing import LocalCluster
 
+    probe = MachineProbe()
     ex = load_example()
     ladder = Ladder.from_yaml(ex.LADDER_YAML)
     started = time.perf_counter()
@@ -222,8 +225,8 @@ def main() -> None:
                     "undisturbed_wall_s": {k: [round(w, 2) for w in v] for k, v in walls.items()},
                     "ladder_driver_hooks_s": [round(x, 3) for x in in_ladder_code],
                     "undisturbed_steps": args.steps, "step_time_s": 0.05,
-                    "bench_wall_s": round(time.perf_counter() - started, 1),
-                    "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)},
+                    "bench_wall_s": round(time.perf_counter() - started, 1)},
+        "machine": probe.report(),
     }
     print(json.dumps(out), file=JSON_OUT, flush=True)  # Ray teardown may end the process
 
