@@ -96,6 +96,8 @@ class Lane:
         self.pump()
 
     def pump(self) -> None:
+        while self.waiting and len(self.batches) - len(self.waiting) < self.limit():
+            self.waiting.popleft().clock.set()  # a slot freed (or the rung grew)
         while self.queue and len(self.batches) < self.limit() + self._extra(self.queue[0]):
             calls = self._take()
             if calls:
@@ -109,14 +111,12 @@ class Lane:
         return PIPELINE if alone else 0
 
     def _release(self, batch: Batch) -> None:
-        """``batch``'s Ray task ended: its slot goes to the oldest waiting attempt."""
+        """``batch``'s Ray task ended: its slot goes to the oldest waiting attempt (pump)."""
         if batch not in self.batches:
             return
         self.batches.discard(batch)
         if batch in self.waiting:
             self.waiting.remove(batch)
-        elif self.waiting:
-            self.waiting.popleft().clock.set()
         self.pump()
 
     def _take(self) -> list[Call]:
