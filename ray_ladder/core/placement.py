@@ -259,3 +259,17 @@ def going_away_reason(deadline: float | None, now: float) -> str:
     """
     due = "no deadline" if deadline is None else f"deadline in {max(0.0, deadline - now):.1f} s"
     return f"{PREEMPTION_NOTICE}: its nodes are draining, {due}"
+
+
+def standby_replicas(ladder: Ladder, rung: Rung) -> int:
+    """Replicas kept warm for ``rung``: its ``standby_replicas``, else 1 on top, 0 below.
+
+    Example:
+        >>> standby_replicas(ladder, ladder.rungs[0])  # doctest: +SKIP
+        1
+    """
+    if not rung.is_compute:
+        return 0
+    if rung.standby_replicas is not None:
+        return rung.standby_replicas
+    return 1 if ladder.index(rung.name) == 0 else 0

@@ -11,9 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.context import RungContext
+from ray_ladder.core.placement import standby_replicas
 from ray_ladder.core.spec import Ladder, as_ladder
 from ray_ladder.serve.bindings import Bindings
-from ray_ladder.serve.core import standby_replicas
 from ray_ladder.serve.llm.protocol import is_llm_class
 from ray_ladder.serve.replica import replica_class
 

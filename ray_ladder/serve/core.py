@@ -8,9 +8,9 @@ from typing import Any
 
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.events import TransitionEvent
-from ray_ladder.core.placement import going_away_reason, held_back
+from ray_ladder.core.placement import going_away_reason, held_back, standby_replicas
 from ray_ladder.core.selector import Decision, Selector
-from ray_ladder.core.spec import Ladder, Rung
+from ray_ladder.core.spec import Ladder
 
 _DEFAULT_KEY: tuple[object, ...] = ("<none>",)
 #: A released rung stays warm for a constrained selector only while that selector has
@@ -18,20 +18,6 @@ _DEFAULT_KEY: tuple[object, ...] = ("<none>",)
 RECENT_USE_S = 60.0
 #: Longest a rung that keeps failing stays marked down (the cooldown doubles up to it).
 MAX_COOLDOWN_S = 30.0
-
-
-def standby_replicas(ladder: Ladder, rung: Rung) -> int:
-    """Replicas kept warm for ``rung``: its ``standby_replicas``, else 1 on top, 0 below.
-
-    Example:
-        >>> standby_replicas(ladder, ladder.rungs[0])  # doctest: +SKIP
-        1
-    """
-    if not rung.is_compute:
-        return 0
-    if rung.standby_replicas is not None:
-        return rung.standby_replicas
-    return 1 if ladder.index(rung.name) == 0 else 0
 
 
 class RouterState:
@@ -267,6 +253,14 @@ class RouterState:
         ladder itself moves by the selectors' decisions."""
         return selector.best_obtainable(self._view(selector), compute_only=True,
                                         exclude=exclude)
+
+    def can_come_back(self, selector: Selector) -> bool:
+        """Whether an eligible compute rung of ``selector`` has an alive node to host it
+        and no preemption notice: one that is unobtainable now only because its replica
+        restarts or its failure cooldown runs comes back without new capacity."""
+        return any(n in self._standby and self.ladder.rung(n).is_compute
+                   and self._placeable.get(n, False) and n not in self._going
+                   for n in selector.eligible)
 
     def why_unobtainable(self, rung: str, now: float) -> str:
         """A short reason why compute ``rung`` is not obtainable (for logs and state)."""

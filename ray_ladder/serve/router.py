@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -24,6 +25,7 @@ from ray_ladder.serve.llm import routes as openai_routes
 from ray_ladder.serve.llm.routes import route_of
 from ray_ladder.serve.metrics import LadderMetrics
 from ray_ladder.serve.result import LadderResult
+from ray_ladder.serve.retry import next_rung, running_replicas
 
 logger = logging.getLogger("ray_ladder.serve")
 
@@ -86,6 +88,8 @@ class LadderRouter:
         self._view = CapacityView(self.ladder, refresh_interval_s=policy.probe_interval_s,
                                   ready=self._state.is_warm)
         self._pinging: set[str] = set()
+        #: Done at the end of each probe (then replaced): requests waiting for a rung.
+        self._probed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._probe_errors = 0
         self._probe_s = 0.0
@@ -111,19 +115,6 @@ class LadderRouter:
             self._app_name = serve.get_replica_context().app_name
         return self._app_name
 
-    def _read_running(self) -> dict[str, int]:
-        """RUNNING replicas per rung, from the Serve controller (one call per probe)."""
-        from ray import serve
-
-        app = serve.status().applications.get(self._app())
-        running: dict[str, int] = {}
-        for rung, deployment in self._deployments.items():
-            status = app.deployments.get(deployment) if app is not None else None
-            states = status.replica_states if status is not None else {}
-            running[rung] = sum(n for s, n in states.items()
-                                if getattr(s, "value", s) == "RUNNING")
-        return running
-
     async def _probe(self) -> None:
         started = time.monotonic()
         snapshot = await asyncio.to_thread(self._view.refresh)
@@ -133,7 +124,7 @@ class LadderRouter:
         now = time.time()
         running = None
         if self._state.needs_replica_counts(placeable, now):
-            running = await asyncio.to_thread(self._read_running)
+            running = await asyncio.to_thread(running_replicas, self._app(), self._deployments)
             now = time.time()
         interval = self.ladder.policy.probe_interval_s
         alive = [r for r in self._deployments if self._caller.alive_within(r, interval)]
@@ -148,6 +139,8 @@ class LadderRouter:
         self._metrics.decision(decision)
         self._metrics.observed(self._state, now)  # `ray-ladder status`, gauges, replica-hours
         self._start_pings()
+        probed, self._probed = self._probed, asyncio.get_running_loop().create_future()
+        probed.set_result(None)
 
     async def _probe_loop(self) -> None:
         interval = self.ladder.policy.probe_interval_s
@@ -217,21 +210,33 @@ class LadderRouter:
         logger.warning("rung %s failed a request (%s); marked down", rung, reason)
 
     async def answer(self, payload: Any, constraints: Constraints | None) -> LadderResult:
-        """Answer ``payload`` from the best rung that can; raise when none can."""
+        """Answer ``payload`` from the best rung that can; raise when none can.
+
+        When a rung fails the request, it goes to the rung :func:`next_rung` names. When
+        only the shed rung or nothing is left but a compute rung of the request can come
+        back without new capacity (its node is alive; its replica restarts or its cooldown
+        runs), the request waits for it, up to ``pending_timeout_s`` (as Serve queues a
+        request for a replica), before it is shed or the ladder answers "exhausted".
+        """
         selector = self._state.selector(constraints, time.time())
         key = payload_key(payload) if self._cache is not None else None
         attempts: list[Attempt] = []
         tried: set[str] = set()
-        eligible = selector.eligible
-        name = selector.current
-        while name is not None and name not in tried:
+        give_up_at = asyncio.get_running_loop().time() + self.ladder.policy.pending_timeout_s
+        while True:
+            name = next_rung(self._state, selector, tried)
+            if name is None or self.ladder.rung(name).kind == "shed":
+                if await self.wait_for_rung(selector, give_up_at):
+                    tried.clear()  # what failed before may be back: ask again
+                    continue
+                if name is None:
+                    break
             tried.add(name)
             rung = self.ladder.rung(name)
             if rung.kind == "compute":
                 try:
                     value, by = await self._race(name, payload, selector, attempts, tried)
                 except RungFailed:  # every rung raced failed and is marked down
-                    name = selector.current
                     continue
                 if self._cache is not None:
                     self._cache.put(key, constraints, value, self.ladder.rung(by), time.time())
@@ -243,19 +248,29 @@ class LadderRouter:
                     self._metrics.request(name)
                     return LadderResult(hit.value, name, True,
                                         self._state.degraded_s(constraints), hit.producer.name)
+                # A miss is per request, not a ladder move: go on to the rung below.
                 attempts.append(Attempt(name, "no fresh cached answer for this request",
                                         time.time()))
-                # A miss is per request, not a ladder move: go on to the rung below.
-                below = eligible[eligible.index(name) + 1:]
-                name = below[0] if below else None
                 continue
             attempts.append(Attempt(name, "shed: no capacity for this request, try later",
                                     time.time()))
             break
         if not attempts:
             attempts.append(Attempt(None, "no eligible rung is obtainable", time.time()))
-        self._metrics.request(self._shed_rung(attempts) or http.EXHAUSTED)
+        self._metrics.request(self.shed_rung(attempts) or http.EXHAUSTED)
         raise LadderExhaustedError(self.ladder.name, attempts, self.ladder.policy.retry_after_s)
+
+    async def wait_for_rung(self, selector: Selector, give_up_at: float) -> bool:
+        """Wait for the next probe when ``selector`` has nothing to try now but a rung
+        that can come back (:meth:`RouterState.can_come_back`); ``False`` (at once) when
+        none can or ``give_up_at`` (event-loop time) has passed."""
+        loop = asyncio.get_running_loop()
+        left = give_up_at - loop.time()
+        if left <= 0 or not self._state.can_come_back(selector):
+            return False
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._probed), timeout=left)
+        return True
 
     def _start(self, rung: str, payload: Any, selector: Selector) -> Pending:
         return self._caller.start(
@@ -317,14 +332,6 @@ class LadderRouter:
             if isinstance(error, RungFailed):
                 self._failed(pending.rung, error.reason)
 
-    def _shed_rung(self, attempts: list[Attempt]) -> str | None:
-        """The shed rung's name when it gave the answer, else ``None`` (exhausted)."""
-        last = attempts[-1].rung if attempts else None
-        if last is not None and last in self.ladder.names \
-                and self.ladder.rung(last).kind == "shed":
-            return last
-        return None
-
     async def predict(self, payload: Any, jurisdiction: str | None = None,
                       max_cost_per_hour: float | None = None, min_quality: float | None = None,
                       sites: list[str] | tuple[str, ...] | None = None) -> LadderResult:
@@ -378,7 +385,11 @@ class LadderRouter:
 
     def shed_rung(self, attempts: list[Attempt]) -> str | None:
         """The shed rung's name when it gave the answer, else ``None`` (exhausted)."""
-        return self._shed_rung(attempts)
+        last = attempts[-1].rung if attempts else None
+        if last is not None and last in self.ladder.names \
+                and self.ladder.rung(last).kind == "shed":
+            return last
+        return None
 
     async def __call__(self, request: Any) -> Any:
         """HTTP: ``/v1/...`` OpenAI-compatible routes, ``GET /-/ladder``, ``POST /``."""

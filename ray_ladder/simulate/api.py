@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ray_ladder.core.constraints import Constraints
+from ray_ladder.core.placement import standby_replicas
 from ray_ladder.core.spec import Ladder, as_ladder
 from ray_ladder.simulate.align import align
 from ray_ladder.simulate.baselines import Baseline, LadderPolicy, PolicyContext, parse_policies
@@ -27,14 +28,7 @@ def default_warm(ladder: Ladder) -> list[str]:
         >>> default_warm(load_ladder("examples/ladders/gpu-serving.yaml"))  # doctest: +SKIP
         ['h100', 'l4']
     """
-    out = []
-    for i, rung in enumerate(ladder.rungs):
-        standby = rung.standby_replicas
-        if standby is None:
-            standby = 1 if i == 0 else 0
-        if rung.is_compute and standby >= 1:
-            out.append(rung.name)
-    return out
+    return [r.name for r in ladder.rungs if standby_replicas(ladder, r) >= 1]
 
 
 def _standby(ladder: Ladder, name: str) -> int:

@@ -24,11 +24,11 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
 LADDER = Ladder.from_yaml("""
 name: faults-serve
-policy: {promotion_hysteresis: 2, probe_interval_s: 0.25, pending_timeout_s: 5}
+policy: {promotion_hysteresis: 2, probe_interval_s: 0.25, pending_timeout_s: 10}
 rungs:
-  - {name: a100, resources: {ladder/a100: 1}, params: {model: big}}
-  - {name: cpu, num_cpus: 0.1, standby_replicas: 1, params: {model: small}}
-  - {name: shed, kind: shed}
+  - {name: a100, resources: {ladder/a100: 1}, quality: 1.0, params: {model: big}}
+  - {name: cpu, num_cpus: 0.1, standby_replicas: 1, quality: 0.5, params: {model: small}}
+  - {name: shed, kind: shed, quality: 0.0}
 """)
 SLOW = 120
 
@@ -49,8 +49,9 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 class Load:
     """POSTs at ``rate`` per second until stopped; keeps (sent at, status, rung)."""
 
-    def __init__(self, url: str, rate: float = 20.0) -> None:
-        self.url, self.rate = url, rate
+    def __init__(self, url: str, rate: float = 20.0,
+                 headers: dict[str, str] | None = None) -> None:
+        self.url, self.rate, self.headers = url, rate, headers or {}
         self.results: list[tuple[float, int, str | None]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -62,7 +63,7 @@ class Load:
         while not self._stop.is_set() and time.monotonic() - start < 300:
             sent = time.monotonic()
             try:
-                r = client.post(self.url + "/", json={"i": i})
+                r = client.post(self.url + "/", json={"i": i}, headers=self.headers)
                 self.results.append((sent, r.status_code, r.headers.get("x-ladder-rung")))
             except httpx.HTTPError as err:
                 self.results.append((sent, -1, type(err).__name__))
@@ -86,9 +87,15 @@ def actor_pid(name: str, namespace: str) -> int:
     return ray.get(handle.__ray_call__.remote(lambda self: os.getpid()), timeout=SLOW)
 
 
-def router_replicas() -> list[str]:
+def replicas(deployment: str) -> list[str]:
     return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-                  if a["namespace"] == "serve" and "#LadderRouter#" in a["name"])
+                  if a["namespace"] == "serve"
+                  and a["name"].startswith("SERVE_REPLICA::faults#")
+                  and a["name"].split("#")[1] == deployment)
+
+
+def router_replicas() -> list[str]:
+    return replicas("LadderRouter")
 
 
 @pytest.fixture(scope="module")
@@ -112,11 +119,12 @@ def app(local_cluster):
     del cluster
 
 
-def kill_under_load(url: str, name: str, namespace: str) -> Load:
+def kill_under_load(url: str, name: str, namespace: str,
+                    headers: dict[str, str] | None = None) -> Load:
     """SIGKILL actor ``name`` while 20 req/s flow; return the load once a new process of
     it exists and 40 more requests were answered."""
     pid = actor_pid(name, namespace)
-    with Load(url) as load:
+    with Load(url, headers=headers) as load:
         wait_until(lambda: load.answered_after(0) >= 20, SLOW, 0.05, "load flowing")
         os.kill(pid, signal.SIGKILL)
         killed_at = time.monotonic()
@@ -151,3 +159,13 @@ def test_sigkill_of_the_autoscaler_hook_under_load_fails_no_request(app):
     wait_until(lambda: actor_pid(hook_name(LADDER.name), HOOK_NAMESPACE) != old_pid
                and ray.get(hook.state.remote(), timeout=SLOW).get("serving") == "a100",
                SLOW, 0.2, "the restarted hook serving a100")
+
+
+def test_requests_wait_for_the_replica_of_their_only_rung_to_restart(app):
+    # Min quality 0.9 leaves a100 (and shed): while its one replica restarts on a live
+    # node there is nothing to fall to, and the ladder must not shed a request that
+    # Serve itself would queue for the replacement replica.
+    (replica,) = replicas("a100")  # a rung deployment is named after its rung
+    load = kill_under_load(app, replica, "serve", headers={"X-Ladder-Min-Quality": "0.9"})
+    assert [r for r in load.results if r[1] != 200] == []
+    assert {r[2] for r in load.results} == {"a100"}

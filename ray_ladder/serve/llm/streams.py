@@ -3,6 +3,7 @@ stream continues on the best obtainable eligible rung from the text already sent
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from ray_ladder.core.spec import Ladder
 from ray_ladder.serve.errors import RungFailed
 from ray_ladder.serve.llm.protocol import GenerationRequest, first_stop
 from ray_ladder.serve.llm.responses import StreamRecord
+from ray_ladder.serve.retry import next_rung
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,7 @@ class Router(Protocol):
     def cache(self) -> Any: ...
     def rung_failed(self, rung: str, reason: str) -> None: ...
     def count_answer(self, rung: str) -> None: ...
+    async def wait_for_rung(self, selector: Selector, give_up_at: float) -> bool: ...
 
 
 class StreamDriver:
@@ -61,7 +64,10 @@ class StreamDriver:
     rung could, the stream starts there instead (nothing was generated; the ladder does
     not move for it). If the rung fails (node or replica gone, the probe saw it go), it is
     marked down, the selectors move at once, and the stream continues on the rung they
-    pick with the text already sent as the new rung's ``continuation``.
+    pick with the text already sent as the new rung's ``continuation``. When only the shed
+    rung or nothing is left but a compute rung can come back (its replica restarts on an
+    alive node), the stream waits for it as a JSON request does (``LadderRouter.answer``),
+    up to ``pending_timeout_s``.
 
     Args:
         router: The router's parts.
@@ -69,17 +75,6 @@ class StreamDriver:
 
     def __init__(self, router: Router) -> None:
         self.router = router
-
-    def _next(self, selector: Selector, tried: set[str]) -> str | None:
-        current = selector.current
-        if current is not None and current not in tried:
-            return current
-        target = self.router.router_state.hedge_target(selector, tried)
-        if target is not None:
-            return target
-        below = [n for n in selector.eligible if n not in tried
-                 and not self.router.ladder.rung(n).is_compute]
-        return below[0] if below else None
 
     async def run(self, request: GenerationRequest, constraints: Constraints | None,
                   record: StreamRecord, cache_key: Any = None) -> AsyncIterator[Piece]:
@@ -95,14 +90,20 @@ class StreamDriver:
         selector = router.router_state.selector(constraints, time.time())
         attempts: list[Attempt] = []
         # Compute rungs whose class does not generate text never take a stream.
-        tried = {r.name for r in ladder.rungs if r.is_compute} - set(router.llm_rungs)
+        never = {r.name for r in ladder.rungs if r.is_compute} - set(router.llm_rungs)
+        tried = set(never)
         previous: str | None = None
         reason: str | None = None
         caller = router.caller
+        give_up_at = asyncio.get_running_loop().time() + ladder.policy.pending_timeout_s
         while True:
-            name = self._next(selector, tried)
-            if name is None:
-                break
+            name = next_rung(router.router_state, selector, tried)
+            if name is None or ladder.rung(name).kind == "shed":
+                if await router.wait_for_rung(selector, give_up_at):
+                    tried = set(never)  # what failed before may be back: ask again
+                    continue
+                if name is None:
+                    break
             tried.add(name)
             rung = ladder.rung(name)
             if rung.kind == "cache":
