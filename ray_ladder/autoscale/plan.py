@@ -329,9 +329,13 @@ class AutoscalePlanner:
                 if st.status in ("requested", "queued"):
                     st.status, st.requested_since, st.queued_since = "idle", None, None
                 st.keep_until = None
+            # A rung the hook cannot give back (it runs on the head, or has no node type
+            # the autoscaler launches) is never "released": that would only cut its
+            # standby replica (serve/scaling.py), and the fall to it would start cold.
+            own_nodes = bool(st.node_types) and name not in self._on_head
             st.role = ("serving" if name == self.serving else "warming" if warming
-                       else ("draining" if keep else "released") if st.status == "up"
-                       else "none")
+                       else ("draining" if keep else "released")
+                       if st.status == "up" and own_nodes else "none")
             st.target_bundles = self.options.bundles_per_rung if keep else 0
             rung = self.ladder.rung(name)
             for _ in range(st.target_bundles):

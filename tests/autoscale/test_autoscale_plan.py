@@ -178,3 +178,14 @@ def test_rungs_the_head_hosts_are_never_requested():
     plan = p.step({"cpu": 1}, [], now=0.0, on_head={"cpu"})
     assert plan.serving == "cpu" and plan.bundles == [{"ladder/h100": 1.0}]
     assert p.rungs["cpu"].status == "up" and p.rungs["cpu"].target_bundles == 0
+
+
+def test_a_rung_the_head_hosts_is_never_released_so_its_standby_stays_warm():
+    # "released" cuts a rung's standby replica (serve/scaling.py) so that its node can
+    # go back; the head never goes back, and the fall to a cold cpu rung would wait for
+    # a replica start (seen in the chaos soak as 503s for EU requests).
+    p = AutoscalePlanner(LADDER, OPTS)
+    p.step({"cpu": 1, "h100": 1}, [], now=0.0, on_head={"cpu"})
+    plan = p.step({"cpu": 1, "h100": 1}, [], now=1.0, on_head={"cpu"})
+    assert plan.serving == "h100"
+    assert p.rungs["cpu"].role == "none"
