@@ -66,6 +66,12 @@ def rung_deployment_options(ladder: Ladder, rung_name: str) -> dict[str, Any]:
     entry). The policy applies the 1 -> 0 ``downscale_delay_s`` itself, so that the hook
     can cut it short: Serve's own ``downscale_to_zero_delay_s`` is 0.
 
+    Serve's controller notices a replica that died with its node at its next health
+    check, and only then starts the replacement: ``health_check_period_s`` is
+    ``max(1, 2 x probe_interval_s)`` instead of Serve's 10 s, so the replacement is
+    waiting for capacity when the node comes back (the climb back then costs one
+    replica start, not a health period too). ``deployment_options`` can set it back.
+
     Example:
         >>> rung_deployment_options(ladder, "h100")["ray_actor_options"]  # doctest: +SKIP
         {'resources': {'ladder/h100': 1.0}}
@@ -75,6 +81,7 @@ def rung_deployment_options(ladder: Ladder, rung_name: str) -> dict[str, Any]:
     return {
         "name": rung.name,
         "ray_actor_options": rung.placement(),
+        "health_check_period_s": max(1.0, 2 * ladder.policy.probe_interval_s),
         "autoscaling_config": {
             "min_replicas": 0,
             "initial_replicas": 0,

@@ -27,8 +27,9 @@ class RouterState:
     marks it down for ``down_cooldown_s``), the capacity view says an alive node can host
     it, and either its deployment has a RUNNING replica or it keeps no standby replica
     (a *cold* rung: the first request waits for a replica to start). A rung with standby
-    replicas counts only once one of them runs, so the ladder never climbs onto a replica
-    that is still starting.
+    replicas counts only once one of them runs and, for one that started under the
+    router, answered a ping through the router's handle: the ladder never climbs onto a
+    replica its requests cannot reach yet.
 
     Every decision is made by :class:`~ray_ladder.Selector`: one for requests without
     constraints (its transitions are the ladder's events and metrics) and one per
@@ -208,6 +209,8 @@ class RouterState:
         Returns the unconstrained selector's decision.
         """
         if running is not None:
+            if self._running_at is not None:  # a replica that started under the router:
+                self._probation.update(self._started(running, alive))
             self._running = dict(running)
             self._running_at = now
         for name in alive:
@@ -216,15 +219,24 @@ class RouterState:
             if not self.is_down(name, now):
                 self._probation.discard(name)
         self._placeable = dict(placeable)
+        for name in self._compute:  # no node, no replica (Serve's count lags a lost node)
+            if not self._placeable.get(name, False):
+                self._running[name] = 0
         # A rung whose nodes are all gone starts afresh when capacity returns: its new
-        # replica proves itself by running (probation is for a rung that stayed hostable
-        # and failed anyway: a hung replica, an external backend that is down).
+        # replica proves itself by answering a ping (_started), not its old failure.
         self._probation = {n for n in self._probation if self._placeable.get(n, False)}
         self._held = frozenset(held)
         self._going = dict(going_away or {})
         for name in [n for n, (until, _) in self._down.items() if until <= now]:
             del self._down[name]
         return self._observe_all(now)
+
+    def _started(self, running: Mapping[str, int], alive: Iterable[str]) -> list[str]:
+        """Standby rungs whose first replica just started: they count once a ping through
+        the router's handle answered (the controller reports RUNNING before the handle
+        can route there; requests sent meanwhile would wait, and hedge below)."""
+        return [n for n in self._compute if self._standby[n] > 0 and running.get(n, 0) > 0
+                and self._running.get(n, 0) == 0 and n not in set(alive)]
 
     def mark_down(self, rung: str, reason: str, now: float) -> Decision:
         """A request saw ``rung`` fail: unobtainable for the cooldown, re-observe at once.

@@ -190,7 +190,7 @@ def test_replica_counts_are_reread_only_when_they_can_change_the_choice():
     state.observe({"h100": 0, "a100": 1, "l4": 0}, ALL_UP, now=0)
     # h100 keeps a standby replica that is not running yet: read again at every probe.
     assert state.needs_replica_counts(ALL_UP, now=0.5)
-    state.observe({"h100": 1, "a100": 1, "l4": 0}, ALL_UP, now=0.5)
+    state.observe({"h100": 1, "a100": 1, "l4": 0}, ALL_UP, now=0.5, alive=["h100"])
     # Steady: every standby runs, capacity unchanged -> skip until the counts are old.
     assert not state.needs_replica_counts(ALL_UP, now=1.0)
     assert state.needs_replica_counts(ALL_UP, now=0.5 + state.replica_counts_max_age_s)
@@ -504,7 +504,9 @@ def test_a_rung_that_keeps_failing_stays_down_longer_each_time():
     assert s.is_down("h100", 240.0 + 29.0)
 
 
-def test_a_rung_that_lost_its_node_needs_no_ping_when_a_new_one_comes():
+def test_a_new_standby_replica_counts_once_a_ping_through_the_handle_answered():
+    # Serve's controller reports RUNNING before the router's handle can route there:
+    # climbing then would send requests that wait (and hedge below) for seconds.
     state = _state(cooldown=1.0)
     running = {"h100": 1, "a100": 1, "l4": 0}
     state.observe(running, ALL_UP, now=0)
@@ -512,5 +514,9 @@ def test_a_rung_that_lost_its_node_needs_no_ping_when_a_new_one_comes():
     gone = {**ALL_UP, "h100": False}
     state.observe({**running, "h100": 0}, gone, now=0.5)  # the node is gone
     assert state.on_probation(2.0) == []
-    state.observe(running, ALL_UP, now=2.0)  # a new node and replica: streak 1 of 2
-    assert state.observe(running, ALL_UP, now=2.5).rung == "h100"
+    state.observe(running, ALL_UP, now=2.0)  # a new node and a RUNNING replica
+    assert state.on_probation(2.0) == ["h100"] and not state.obtainable(2.0)["h100"]
+    assert state.observe(running, ALL_UP, now=2.5).rung == "a100"  # no answer yet
+    state.observe(None, ALL_UP, now=3.0, alive=["h100"])  # the router's ping answered
+    assert state.on_probation(3.0) == []  # streak 1 of 2
+    assert state.observe(None, ALL_UP, now=3.5).rung == "h100"
