@@ -204,8 +204,9 @@ def run(local_cluster, tmp_path_factory) -> Iterator[dict[str, Any]]:
                    "on h100 with a warm a100")
         start = time.time()
         traffic = Traffic(f"http://127.0.0.1:{port}/")
-        wait_until(lambda: prom.query('ray_ladder_requests_total{rung="h100"}'), SLOW, 0.5,
-                   "Prometheus scraped traffic on h100")
+        wait_until(lambda: prom.query('ray_ladder_requests_total{rung="h100"}') and prom.query(
+            'max(ray_ladder_current_rung{ladder="prom-web",part="serve"}) == 0'), SLOW, 0.5,
+                   "Prometheus scraped traffic on h100 and the ladder on it")
         promoted = ('sum(ray_ladder_transitions_total{ladder="prom-web",direction="up",'
                     'reason="promoted"})')
         # The climbs of the start-up (shed -> a100 -> h100) are counted before the fall.
