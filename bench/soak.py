@@ -107,14 +107,16 @@ def train(config: dict[str, Any]) -> None:
             tune.report({"step": step})
 
 
-def _count(outcomes: list[Any], allowed_eu: set[str]) -> dict[str, Any]:
+def _count(outcomes: list[Any], allowed_eu: set[str], start: float) -> dict[str, Any]:
     wrong = [o for o in outcomes if o.ok and not set(o.rungs) <= (allowed_eu if o.eu
                                                                    else ALL_RUNGS)]
     return {"sent": len(outcomes), "answered": sum(o.ok for o in outcomes),
             "failed": sum(not o.ok for o in outcomes), "wrong_rung": len(wrong),
             "residency_violations": sum(1 for o in wrong if o.eu),
             "max_latency_s": round(max((o.latency_s for o in outcomes), default=0.0), 3),
-            "errors": sorted({o.error for o in outcomes if o.error})[:5]}
+            # When (seconds into the chaos, as its log's at_s), bound or not, how long.
+            "errors": [f"at {o.sent - start:.1f}s {'eu' if o.eu else 'any'} after "
+                       f"{o.latency_s:.1f}s: {o.error}" for o in outcomes if o.error][:8]}
 
 
 def soak(cluster: LocalCluster, duration_s: float, seed: int = 0) -> dict[str, Any]:
@@ -231,9 +233,9 @@ def soak(cluster: LocalCluster, duration_s: float, seed: int = 0) -> dict[str, A
     final["leaked"] = not settled()
     return {
         "bench": "soak", "seed": seed, "duration_s": round(duration_s, 1),
-        "requests": _count(loads[0].outcomes, EU_RUNGS),
-        "streams": _count(loads[1].outcomes, EU_RUNGS),
-        "tasks": _count(tasks.outcomes, EU_RUNGS),
+        "requests": _count(loads[0].outcomes, EU_RUNGS, start),
+        "streams": _count(loads[1].outcomes, EU_RUNGS, start),
+        "tasks": _count(tasks.outcomes, EU_RUNGS, start),
         "tune": tune_info,
         "falls": sum(e.get("direction") == "down" for e in events),
         "climbs": sum(e.get("direction") == "up" for e in events),
