@@ -110,8 +110,9 @@ class TaskState:
         for lane in self.lanes.values():
             if self.obtainable.get(lane.rung):
                 lane.pump()
-            else:
-                lane.evacuate(f"{lane.rung} became unobtainable")
+            else:  # the reason names a preemption notice (or the hook) when it is one
+                why = self.snapshot.held.get(lane.rung)
+                lane.evacuate(f"{lane.rung} became unobtainable" + (f" ({why})" if why else ""))
 
     def lower_obtainable(self, rung: str) -> bool:
         """Whether an eligible compute rung below ``rung`` is obtainable now."""
