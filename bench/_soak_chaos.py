@@ -38,12 +38,18 @@ def schedule(duration_s: float, seed: int, node_types: list[str]) -> list[tuple[
     return sorted(out)
 
 
-def _pid(handle: Any) -> int:
-    return int(ray.get(handle.__ray_call__.remote(lambda self: os.getpid()), timeout=60))
+def _pid(handle: Any, timeout_s: float = 60.0) -> int:
+    return int(ray.get(handle.__ray_call__.remote(lambda self: os.getpid()),
+                       timeout=timeout_s))
 
 
 def _serve_actor(fragment: str | None, app: str) -> Any:
     """A replica actor of ``app``: of deployment ``fragment``, or (None) of any rung."""
+    return _serve_actors(fragment, app)[0]
+
+
+def _serve_actors(fragment: str | None, app: str) -> list[tuple[Any, str]]:
+    """Every replica actor of ``app`` of deployment ``fragment`` (None: of any rung)."""
     names = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
                    if a["namespace"] == "serve" and a["name"].startswith(f"SERVE_REPLICA::{app}#"))
     if fragment is None:
@@ -52,7 +58,7 @@ def _serve_actor(fragment: str | None, app: str) -> Any:
         names = [n for n in names if f"#{fragment}#" in n]
     if not names:
         raise LookupError(f"no replica of {fragment or 'any rung'} in app {app}")
-    return ray.get_actor(names[0], namespace="serve"), names[0]
+    return [(ray.get_actor(n, namespace="serve"), n) for n in names]
 
 
 def throttle(node: Any, seconds: float, share: float = 0.5) -> None:
@@ -94,6 +100,7 @@ class Chaos:
 
     def do(self, at: float, action: str, target: str) -> None:
         """Run one scheduled action; log what happened (an error is logged, not raised)."""
+        called = time.monotonic()
         entry: dict[str, Any] = {"at_s": round(at, 1), "action": action, "target": target}
         try:
             if action == "kill_node":
@@ -107,11 +114,19 @@ class Chaos:
                 entry["done"] = True
             elif action == "rung_replica":
                 try:
-                    handle, name = _serve_actor(target, self.app)
+                    candidates = _serve_actors(target, self.app)
                 except LookupError:  # that rung has no replica now: any rung's
-                    handle, name = _serve_actor(None, self.app)
-                os.kill(_pid(handle), signal.SIGKILL)
-                entry["target"], entry["done"] = name.split("#")[1], True
+                    candidates = _serve_actors(None, self.app)
+                for handle, name in candidates:  # one on a killed node does not answer
+                    try:
+                        pid = _pid(handle, timeout_s=5.0)
+                    except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError):
+                        continue
+                    os.kill(pid, signal.SIGKILL)
+                    entry["target"], entry["done"] = name.split("#")[1], True
+                    break
+                else:
+                    raise LookupError(f"no live replica of {target} or of any rung")
             elif action == "router_replica":
                 os.kill(_pid(_serve_actor("LadderRouter", self.app)[0]), signal.SIGKILL)
                 entry["target"], entry["done"] = "LadderRouter", True
@@ -132,6 +147,7 @@ class Chaos:
                 entry["done"] = bool(nodes)
         except Exception as err:  # the soak reports it; the schedule goes on
             entry["done"], entry["error"] = False, f"{type(err).__name__}: {err}"
+        entry["done_at_s"] = round(at + time.monotonic() - called, 2)  # the kill's moment
         self.log.append(entry)
 
     def join(self) -> None:

@@ -107,11 +107,18 @@ def train(config: dict[str, Any]) -> None:
             tune.report({"step": step})
 
 
-def _count(outcomes: list[Any], allowed_eu: set[str], start: float) -> dict[str, Any]:
+def _count(outcomes: list[Any], allowed_eu: set[str], start: float,
+           router_kills: tuple[float, ...] | list[float] = ()) -> dict[str, Any]:
     wrong = [o for o in outcomes if o.ok and not set(o.rungs) <= (allowed_eu if o.eu
                                                                    else ALL_RUNGS)]
+    # A request inside the router replica when it is SIGKILLed: Serve's proxy answers 500
+    # (RayActorError; it does not re-send what a replica took), for a plain ingress too.
+    in_router = [o for o in outcomes if not o.ok and (o.error or "").startswith("HTTP 500")
+                 and any(o.sent - start <= k <= o.sent - start + o.latency_s
+                         for k in router_kills)]
     return {"sent": len(outcomes), "answered": sum(o.ok for o in outcomes),
-            "failed": sum(not o.ok for o in outcomes), "wrong_rung": len(wrong),
+            "failed": sum(not o.ok for o in outcomes),
+            "failed_in_flight_at_router_kill": len(in_router), "wrong_rung": len(wrong),
             "residency_violations": sum(1 for o in wrong if o.eu),
             "max_latency_s": round(max((o.latency_s for o in outcomes), default=0.0), 3),
             # When (seconds into the chaos, as its log's at_s), bound or not, how long.
@@ -231,10 +238,12 @@ def soak(cluster: LocalCluster, duration_s: float, seed: int = 0) -> dict[str, A
     with contextlib.suppress(TimeoutError):
         wait_until(settled, 60, 0.5)
     final["leaked"] = not settled()
+    router_kills = [e["done_at_s"] for e in chaos.log
+                    if e["action"] == "router_replica" and e.get("done")]
     return {
         "bench": "soak", "seed": seed, "duration_s": round(duration_s, 1),
-        "requests": _count(loads[0].outcomes, EU_RUNGS, start),
-        "streams": _count(loads[1].outcomes, EU_RUNGS, start),
+        "requests": _count(loads[0].outcomes, EU_RUNGS, start, router_kills),
+        "streams": _count(loads[1].outcomes, EU_RUNGS, start, router_kills),
         "tasks": _count(tasks.outcomes, EU_RUNGS, start),
         "tune": tune_info,
         "falls": sum(e.get("direction") == "down" for e in events),
@@ -251,6 +260,10 @@ def goals(result: dict[str, Any]) -> dict[str, bool]:
     kinds = ("requests", "streams", "tasks")
     return {
         "0_failed_requests": result["requests"]["failed"] == 0,
+        # The same, leaving out requests that were inside the router replica when the
+        # chaos SIGKILLed it (Serve's proxy answers those 500; docs/reliability.md).
+        "0_failed_requests_but_in_router_at_its_kill":
+            result["requests"]["failed"] == result["requests"]["failed_in_flight_at_router_kill"],
         "0_broken_streams": result["streams"]["failed"] == 0,
         "0_lost_tasks": result["tasks"]["failed"] == 0,
         "0_wrong_rung": sum(result[k]["wrong_rung"] for k in kinds)

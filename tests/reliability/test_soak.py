@@ -18,6 +18,9 @@ def test_sixty_second_soak_loses_nothing(local_cluster):
     report = json.dumps({"goals": met, **result}, indent=1)
     assert {e["action"] for e in result["chaos"] if e.get("done")} >= {
         "kill_node", "add_node", "router_replica", "orchestrator", "hook", "starve"}, report
-    for goal in ("0_failed_requests", "0_broken_streams", "0_lost_tasks", "0_wrong_rung",
-                 "0_residency_violations", "nothing_leaked", "tune_trial_finished"):
+    # A request inside the router replica at its SIGKILL gets Serve's proxy's 500 (a plain
+    # ingress's too): counted apart, and every other request must be answered.
+    for goal in ("0_failed_requests_but_in_router_at_its_kill", "0_broken_streams",
+                 "0_lost_tasks", "0_wrong_rung", "0_residency_violations", "nothing_leaked",
+                 "tune_trial_finished"):
         assert met[goal], report
