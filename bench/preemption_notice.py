@@ -1,11 +1,20 @@
 """The same kill of the top rung's node with and without a preemption notice (deadline 10 s).
 
-One LocalCluster (head, an h100 node, an a100 node, rung a100 cold: no standby replica).
-Under Serve load (a thread pool on the app's handle) and task load (``@ladder_task`` calls
-that record each start in an actor), phase 1 SIGKILLs the h100 node with no notice; a new
-h100 node joins and the ladder climbs back; phase 2 drains it through Ray's own drain API
-(``DRAIN_NODE_REASON_PREEMPTION``, deadline 10 s) and SIGKILLs it at the deadline. Prints
-ONE JSON object on stdout (progress on stderr). Run: ``python bench/preemption_notice.py``.
+One LocalCluster: a head, an h100 node and an a100 node (four units of their rung's
+resource each, so that Serve replicas, task attempts and the Tune trial never wait for one
+another). On it, at once:
+
+* two Serve apps on the same two rungs under HTTP load: ``warm`` (a100 keeps a standby
+  replica) and ``cold`` (a100 keeps none: the notice must start it);
+* ``@ladder_task`` calls (0.3 s each, one every 0.4 s) that record each start (key, node,
+  time) in an actor on the head;
+* one Tune trial (0.1 s steps, a checkpoint every 25 steps) that also checkpoints when
+  ``ray_ladder.tune.should_checkpoint()`` says its node got a notice.
+
+Phase 1 SIGKILLs the h100 node with no notice; a new h100 node joins and everything climbs
+back; phase 2 drains it through Ray's own drain API (``DRAIN_NODE_REASON_PREEMPTION``,
+deadline 10 s) and SIGKILLs it at the deadline. Prints ONE JSON object on stdout
+(progress on stderr). Run: ``python bench/preemption_notice.py``.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ import json
 import logging
 import os
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -25,16 +35,26 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 from _machine import MachineProbe  # noqa: E402
 
 from ray_ladder import Ladder  # noqa: E402
-from ray_ladder.testing import LocalCluster, wait_until  # noqa: E402
+from ray_ladder.testing import LocalCluster, free_port, wait_until  # noqa: E402
 
 DEADLINE_S = 10.0
-LADDER = Ladder.from_yaml("""
-name: bench-notice
+EVERY = 25  # the trial's checkpoint interval (steps of 0.1 s)
+HEDGE_S = 0.25  # build_app's assign_timeout_s: a request not taken within it is hedged
+RUNGS = """
 policy: {promotion_hysteresis: 2, probe_interval_s: 0.25, pending_timeout_s: 8}
 rungs:
-  - {name: h100, resources: {ladder/h100: 1}, standby_replicas: 1}
-  - {name: a100, resources: {ladder/a100: 1}, standby_replicas: 0}
-""")
+  - {name: h100, resources: {ladder/h100: 1}, num_cpus: 0, standby_replicas: 1}
+  - {name: a100, resources: {ladder/a100: 1}, num_cpus: 0, standby_replicas: %d}
+"""
+WARM = Ladder.from_yaml("name: bench-notice-warm" + RUNGS % 1)
+COLD = Ladder.from_yaml("name: bench-notice-cold" + RUNGS % 0)
+WORK = Ladder.from_yaml("name: bench-notice-work" + RUNGS % 0)
+NODES = {n: {"num_cpus": 2, "resources": {f"ladder/{n}": 4}} for n in ("h100", "a100")}
+# Serve stops a draining replica at deadline - graceful_shutdown_timeout_s (20 s by
+# default: at once for a 10 s notice); a short look-back makes Serve 2.60 report a handle's
+# queued requests within 0.2 s (it reports a series recorded every look_back x 0.2).
+QUICK = {"graceful_shutdown_timeout_s": 1.0}
+COLD_A100 = {**QUICK, "autoscaling_config": {"downscale_delay_s": 1.0, "look_back_period_s": 2.0}}
 
 
 class Model:
@@ -44,7 +64,7 @@ class Model:
         self.rung = rung
 
     def __call__(self, payload):
-        time.sleep(0.02)
+        time.sleep(0.01)
         return self.rung.name
 
 
@@ -52,22 +72,60 @@ def log(msg: str) -> None:
     print(f"[preemption_notice] {msg}", file=sys.stderr, flush=True)
 
 
-class Load:
-    """Serve requests from a few threads: (start, latency, rung or error) each."""
+def train(config):
+    """Count steps of 0.1 s; checkpoint every EVERY steps, or when the node got a notice."""
+    from ray import tune
 
-    def __init__(self, handle, threads: int = 4) -> None:
-        self.handle, self.rows, self._stop = handle, [], threading.Event()
+    from ray_ladder.tune import current_rung, should_checkpoint
+
+    step = resumed_from = 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d:
+            step = resumed_from = json.loads(Path(d, "state.json").read_text())["step"]
+    rung = current_rung().name
+    while True:
+        time.sleep(0.1)
+        step += 1
+        with open(config["log"], "a") as f:
+            f.write(json.dumps({"step": step, "rung": rung, "time": time.time(),
+                                "resumed_from": resumed_from}) + "\n")
+        if step % EVERY == 0 or (config["honour"] and should_checkpoint()):
+            with tempfile.TemporaryDirectory() as d:
+                Path(d, "state.json").write_text(json.dumps({"step": step}))
+                tune.report({"step": step}, checkpoint=tune.Checkpoint.from_directory(d))
+        else:
+            tune.report({"step": step})
+
+
+def steps(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+class Load:
+    """HTTP requests from a few threads: (sent at, latency, rung or error) each. Over HTTP,
+    so that the driver's own work (Tune's controller, the task submitter) does not sit in
+    the request path as it would for handle calls routed in this process."""
+
+    def __init__(self, url: str, threads: int = 2) -> None:
+        self.url, self.rows, self._stop = url, [], threading.Event()
         self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
 
     def _run(self) -> None:
+        import httpx
+
+        client = httpx.Client(timeout=60)
         while not self._stop.is_set():
             t = time.monotonic()
             try:
-                res = self.handle.predict.remote({"x": 1}).result(timeout_s=60)
-                self.rows.append((t, time.monotonic() - t, res.rung))
+                r = client.post(self.url, json={"x": 1})
+                rung = r.headers.get("x-ladder-rung") if r.status_code == 200 else None
+                self.rows.append((t, time.monotonic() - t, rung or f"error: {r.status_code}"))
             except Exception as err:  # a failed request is a figure, not a crash
                 self.rows.append((t, time.monotonic() - t, f"error: {type(err).__name__}"))
-            time.sleep(0.05)
+            self._stop.wait(0.05)
 
     def start(self) -> Load:
         for th in self._threads:
@@ -79,158 +137,291 @@ class Load:
         for th in self._threads:
             th.join(timeout=90)
 
+    def first(self, rung: str, after: float) -> float | None:
+        return next((t for t, _, r in list(self.rows) if t > after and r == rung), None)
+
 
 def p99(values: list[float]) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(0.99 * len(s)))] if s else 0.0
 
 
-def phase(cluster, handle, task, starts, notice: bool) -> dict:
-    """One kill of the h100 node (after a 10 s notice when ``notice``) under load."""
-    import ray
+def serve_figures(load: Load, t0: float) -> dict:
+    # Baseline: answered before the notice (or kill); after: still open at it, or later.
+    base = [lat for t, lat, _ in load.rows[20:] if t + lat < t0]
+    after = [lat for t, lat, _ in load.rows if t + lat >= t0]
+    limit = 2 * p99(base) + 0.1
+    slow = [(t, lat, r) for t, lat, r in load.rows if t + lat >= t0 and lat > limit]
+    return {"baseline_p99_s": round(p99(base), 4), "max_latency_s": round(max(after), 4),
+            "requests": len(load.rows),
+            "failed_requests": sum(1 for *_, r in load.rows if r.startswith("error")),
+            "slow_requests": len(slow),
+            "hedged_requests": sum(1 for x in after if x > HEDGE_S),
+            # (sent at, from the notice or the kill; latency; rung) of each slow request
+            "slow": [(round(t - t0, 2), round(lat, 3), r) for t, lat, r in slow]}
 
-    from ray_ladder.cluster import ray_private
 
-    node = cluster.nodes("h100")[0]
-    load = Load(handle).start()
-    wait_until(lambda: len(load.rows) >= 20, 60, 0.05, "load running")
-    calls_before = ray.get(starts.count.remote())
-    refs: list = []
-    stop_tasks = threading.Event()
+def running(app: str, deployment: str) -> int:
+    from ray import serve
 
-    def submit() -> None:
-        i = 0
-        while not stop_tasks.is_set():
-            refs.append(task.remote(f"{int(notice)}-{i}", starts))
-            i += 1
-            time.sleep(0.6)  # one slot per rung: keep the queue short
+    states = serve.status().applications[app].deployments[deployment].replica_states
+    return sum(n for s, n in states.items() if getattr(s, "value", s) == "RUNNING")
 
-    submitter = threading.Thread(target=submit, daemon=True)
-    submitter.start()
-    wait_until(lambda: len(load.rows) >= 60, 60, 0.05, "baseline window")
-    t_notice = time.monotonic()
-    moved_at = None
-    if notice:
-        accepted, why = ray_private.drain_node(cluster.address, node.node_id, DEADLINE_S)
-        assert accepted, why
-        moved_at = wait_until(
-            lambda: next((t for t, _, r in list(load.rows) if t > t_notice and r == "a100"),
-                         None), DEADLINE_S + 5, 0.02, "traffic on a100")
-        wait_until(lambda: time.monotonic() - t_notice >= DEADLINE_S, DEADLINE_S + 1, 0.05)
-    cluster.remove_node(node)  # SIGKILL at the deadline (or with no notice at all)
-    t_kill = time.monotonic()
-    wait_until(lambda: any(t > t_kill + 3 and r == "a100" for t, _, r in list(load.rows)),
-               60, 0.1, "serving on a100 after the kill")
-    stop_tasks.set()
-    submitter.join()
-    load.stop()
-    _, unfinished = ray.wait(refs, num_returns=len(refs), timeout=60)
-    t_notice_wall = time.time() - (time.monotonic() - t_notice)
-    after = ray.get(starts.after.remote(t_notice_wall))
-    counts = ray.get(starts.counts.remote())
-    base = [lat for t, lat, _ in load.rows if t < t_notice]
-    around = [lat for t, lat, _ in load.rows if t >= t_notice]
-    out = {
-        "baseline_p99_s": round(p99(base), 4),
-        "max_latency_s": round(max(around, default=0.0), 4),
-        "failed_requests": sum(1 for *_, r in load.rows if r.startswith("error")),
-        "requests": len(load.rows),
-        "slow_requests": sum(1 for x in around if x > 2 * p99(base) + 0.1),
-        "tasks": len(refs),
-        "tasks_unfinished_60s_after_load": len(unfinished),
-        "tasks_rerun": sum(1 for k, n in counts.items() if k.startswith(f"{int(notice)}-")
-                           and n > 1),
-        "task_starts_on_draining_node_after_notice": sum(
-            1 for k, node_id, t in after if node_id == node.node_id and t > t_notice_wall),
-        "calls_before": calls_before,
-    }
-    if moved_at is not None:
-        out["notice_to_traffic_moved_s"] = round(moved_at - t_notice, 3)
-    return out
+
+def replicas(app: str, deployment: str) -> int:
+    """Replicas of ``deployment`` in any state (starting, running, stopping)."""
+    from ray import serve
+
+    states = serve.status().applications[app].deployments[deployment].replica_states
+    return sum(states.values())
+
+
+def starting(app: str, deployment: str) -> int:
+    from ray import serve
+
+    states = serve.status().applications[app].deployments[deployment].replica_states
+    return sum(n for s, n in states.items() if getattr(s, "value", s) == "STARTING")
+
+
+class Bench:
+    def __init__(self, cluster, urls, work, starts, step_log: Path) -> None:
+        self.cluster, self.urls, self.work, self.starts = cluster, urls, work, starts
+        self.step_log = step_log
+        self.refs: dict[str, object] = {}
+        self._stop_tasks = threading.Event()
+        self._submitter: threading.Thread | None = None
+
+    def submit(self, tag: str) -> None:
+        self._stop_tasks.clear()
+
+        def run() -> None:
+            i = 0
+            while not self._stop_tasks.is_set():
+                key = f"{tag}-{i}"
+                self.refs[key] = self.work.remote(key, self.starts)
+                i += 1
+                self._stop_tasks.wait(0.4)
+
+        self._submitter = threading.Thread(target=run, daemon=True)
+        self._submitter.start()
+
+    def stop_tasks(self) -> None:
+        self._stop_tasks.set()
+        if self._submitter is not None:
+            self._submitter.join()
+
+    def started(self) -> list:
+        import ray
+
+        return ray.get(self.starts.all.remote())
+
+    def healthy(self) -> None:
+        """Everything on h100; the cold app's a100 at zero replicas again."""
+        import httpx
+
+        for url in self.urls.values():
+            wait_until(lambda url=url: httpx.post(url, json={}, timeout=30)
+                       .headers.get("x-ladder-rung") == "h100", 120, 0.1, "serving from h100")
+        wait_until(lambda: replicas("cold", "a100") == 0 and running("warm", "a100") >= 1,
+                   120, 0.2, "cold a100 at zero replicas, warm a100 standing by")
+        now = time.time()
+        wait_until(lambda: any(e["rung"] == "h100" and e["time"] > now
+                               for e in steps(self.step_log)), 120, 0.1, "the trial on h100")
+
+    def phase(self, notice: bool) -> dict:
+        import ray
+
+        from ray_ladder.cluster import ray_private
+
+        tag = "noticed" if notice else "unnoticed"
+        node = self.cluster.nodes("h100")[0]
+        a100 = self.cluster.nodes("a100")[0].node_id
+        self.healthy()
+        loads = {name: Load(url, threads=1).start() for name, url in self.urls.items()}
+        self.submit(tag)
+        # The baseline: 70 requests per app, the first 20 left out (connections, warm-up).
+        wait_until(lambda: all(len(x.rows) >= 70 for x in loads.values()), 60, 0.05,
+                   "baseline window")
+        # A hedge (a request h100 was slow to take, copied to a100) may have woken it.
+        cold_at_notice = replicas("cold", "a100") == 0
+        t0, wall0 = time.monotonic(), time.time()
+        cold_asked = cold_running = None
+        if notice:
+            accepted, why = ray_private.drain_node(self.cluster.address, node.node_id,
+                                                   DEADLINE_S)
+            assert accepted, why
+            while time.monotonic() < t0 + DEADLINE_S:  # the grace period, watched
+                if cold_asked is None and starting("cold", "a100") + running("cold", "a100"):
+                    cold_asked = time.monotonic()
+                if cold_running is None and running("cold", "a100"):
+                    cold_running = time.monotonic()
+                time.sleep(0.1)
+        self.cluster.remove_node(node)  # SIGKILL at the deadline, or with no notice at all
+        t_kill, wall_kill = time.monotonic(), time.time()
+        for x in loads.values():
+            wait_until(lambda x=x: any(t > t_kill + 2 and r == "a100" for t, _, r in
+                                       list(x.rows)), 60, 0.1, "serving on a100 after the kill")
+        wait_until(lambda: any(e["rung"] == "a100" and e["time"] > wall_kill
+                               for e in steps(self.step_log)), 60, 0.1, "the trial on a100")
+        wait_until(lambda: any(n == a100 and t > wall_kill for _, n, t in self.started()),
+                   60, 0.1, "tasks on a100 after the kill")
+        self.stop_tasks()
+        for x in loads.values():
+            x.stop()
+        keys = [k for k in self.refs if k.startswith(tag + "-")]
+        _, unfinished = ray.wait([self.refs[k] for k in keys], num_returns=len(keys),
+                                 timeout=30)
+        rows = self.started()
+        runs: dict[str, int] = {}
+        for k, _, _ in rows:
+            runs[k] = runs.get(k, 0) + 1
+        entries = steps(self.step_log)
+        first_low = next(e for e in entries if e["rung"] == "a100" and e["time"] > wall0)
+        last_top = max(e["step"] for e in entries
+                       if e["rung"] == "h100" and e["time"] < first_low["time"])
+        out = {
+            "serve_warm": serve_figures(loads["warm"], t0),
+            "serve_cold": serve_figures(loads["cold"], t0),
+            "tasks": len(keys),
+            "tasks_lost_30s_after_load": len(unfinished),
+            "tasks_rerun": sum(1 for k in keys if runs.get(k, 0) > 1),
+            "task_starts_on_draining_node_after_notice": sum(
+                1 for k, n, t in rows if k.startswith(tag + "-") and n == node.node_id
+                and t > wall0) if notice else None,
+            "tune_steps_lost": last_top - first_low["resumed_from"],
+            "tune_resumed_before_kill": first_low["time"] < wall_kill,
+        }
+        out["cold_a100_cold_at_notice"] = cold_at_notice
+        if notice:
+            moved = {n: x.first("a100", t0) for n, x in loads.items()}
+            out["notice_to_traffic_moved_warm_s"] = round(moved["warm"] - t0, 3)
+            out["notice_to_traffic_moved_cold_s"] = round(moved["cold"] - t0, 3)
+            out["cold_a100_asked_s"] = round(cold_asked - t0, 3) if cold_asked else None
+            out["cold_a100_running_s"] = round(cold_running - t0, 3) if cold_running else None
+            if cold_asked and cold_running:
+                out["cold_a100_replica_start_s"] = round(cold_running - cold_asked, 3)
+        return out
 
 
 def main() -> None:
     import cloudpickle
     import ray
-    from ray import serve
+    from ray import serve, tune
 
     from ray_ladder import ladder_task
     from ray_ladder.serve import build_app
+    from ray_ladder.tune import Tuner, with_ladder
 
     probe = MachineProbe()
     t0 = time.monotonic()
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     logging.getLogger("ray").setLevel(logging.WARNING)
-    cluster = LocalCluster.from_ladder(LADDER, log_to_driver=False).start()
+    tmp = Path(tempfile.mkdtemp(prefix="preemption-notice-"))
+    cluster = LocalCluster(NODES, log_to_driver=False).start()
+    flag = tmp / "stop"
+    fit = None
     try:
         @ray.remote(num_cpus=0)
         class Starts:
             def __init__(self):
                 self.rows = []
 
-            def start(self, key, node_id):
-                self.rows.append((key, node_id, time.time()))
+            def start(self, key, node_id, at):
+                self.rows.append((key, node_id, at))
 
-            def count(self):
-                return len(self.rows)
-
-            def counts(self):
-                out: dict = {}
-                for k, _, _ in self.rows:
-                    out[k] = out.get(k, 0) + 1
-                return out
-
-            def after(self, t):
-                return [r for r in self.rows if r[2] >= t]
+            def all(self):
+                return list(self.rows)
 
         starts = Starts.options(label_selector={"ladder.node-type": "head"}).remote()
 
-        @ladder_task(LADDER, num_cpus=0)
+        @ladder_task(WORK, num_cpus=0)
         def work(key, starts, rung=None):
-            ray.get(starts.start.remote(key, ray.get_runtime_context().get_node_id()))
+            ray.get(starts.start.remote(key, ray.get_runtime_context().get_node_id(),
+                                        time.time()))
             time.sleep(0.3)
             return rung.name
 
         quiet = {"log_level": "WARNING", "enable_access_log": False}
-        serve.start(proxy_location="HeadOnly", logging_config=quiet)
-        handle = serve.run(build_app(LADDER, {"h100": Model, "a100": Model}),
-                           name="notice", route_prefix="/notice", logging_config=quiet)
-        wait_until(lambda: handle.predict.remote({}).result().rung == "h100", 120, 0.2)
+        port = free_port()
+        serve.start(proxy_location="HeadOnly", logging_config=quiet,
+                    http_options={"host": "127.0.0.1", "port": port})
+        serve.run(build_app(WARM, {"h100": Model, "a100": Model},
+                            deployment_options={"h100": QUICK, "a100": QUICK}),
+                  name="warm", route_prefix="/warm", logging_config=quiet)
+        serve.run(build_app(COLD, {"h100": Model, "a100": Model},
+                            deployment_options={"h100": QUICK, "a100": COLD_A100}),
+                  name="cold", route_prefix="/cold", logging_config=quiet)
+        urls = {name: f"http://127.0.0.1:{port}/{name}/" for name in ("warm", "cold")}
+        step_log = tmp / "steps.jsonl"
+        stop = str(flag)
+        tuner = Tuner(with_ladder(train, WORK), param_space={"log": str(step_log),
+                                                             "honour": True},
+                      run_config=tune.RunConfig(
+                          storage_path=str(tmp / "tune"), verbose=0,
+                          stop=lambda trial_id, result: os.path.exists(stop),
+                          failure_config=tune.FailureConfig(max_failures=5)))
+        fit = threading.Thread(target=tuner.fit, daemon=True)
+        fit.start()
+        bench = Bench(cluster, urls, work, starts, step_log)
         log("phase 1: kill without notice")
-        unnoticed = phase(cluster, handle, work, starts, notice=False)
+        unnoticed = bench.phase(notice=False)
         log(json.dumps(unnoticed))
         cluster.add_node("h100")
-        wait_until(lambda: handle.predict.remote({}).result().rung == "h100", 120, 0.2,
-                   "climbed back to h100")
-        # The cold-start figure: how long a100's replica takes to start is its own
-        # (Serve scales it 0 -> 1); the router released it after the climb.
         log("phase 2: notice with a 10 s deadline, kill at the deadline")
-        noticed = phase(cluster, handle, work, starts, notice=True)
+        noticed = bench.phase(notice=True)
         log(json.dumps(noticed))
+        warm, cold = noticed["serve_warm"], noticed["serve_cold"]
+        cold_case = noticed["cold_a100_cold_at_notice"]
+        start_s = noticed.get("cold_a100_replica_start_s") if cold_case else None
         result = {
             "deadline_s": DEADLINE_S,
-            "noticed_max_latency_s": noticed["max_latency_s"],
-            "unnoticed_max_latency_s": unnoticed["max_latency_s"],
-            "noticed_failed_requests": noticed["failed_requests"],
-            "unnoticed_failed_requests": unnoticed["failed_requests"],
-            "noticed_hedged_requests": noticed["slow_requests"],
-            "unnoticed_slow_requests": unnoticed["slow_requests"],
+            "noticed_max_latency_s": warm["max_latency_s"],
+            "unnoticed_max_latency_s": unnoticed["serve_warm"]["max_latency_s"],
+            "noticed_failed_requests": warm["failed_requests"],
+            "unnoticed_failed_requests": unnoticed["serve_warm"]["failed_requests"],
+            "noticed_hedged_requests": warm["hedged_requests"],
+            "unnoticed_hedged_requests": unnoticed["serve_warm"]["hedged_requests"],
+            "noticed_slow_requests": warm["slow_requests"],
+            "noticed_cold_max_latency_s": cold["max_latency_s"],
+            "unnoticed_cold_max_latency_s": unnoticed["serve_cold"]["max_latency_s"],
+            "noticed_cold_hedged_requests": cold["hedged_requests"],
+            "noticed_cold_failed_requests": cold["failed_requests"],
             "noticed_tasks_rerun": noticed["tasks_rerun"],
             "unnoticed_tasks_rerun": unnoticed["tasks_rerun"],
+            "noticed_tasks_lost": noticed["tasks_lost_30s_after_load"],
+            "unnoticed_tasks_lost": unnoticed["tasks_lost_30s_after_load"],
             "noticed_task_starts_on_draining_node": noticed[
                 "task_starts_on_draining_node_after_notice"],
-            "noticed_tune_steps_lost": None,
-            "notice_to_traffic_moved_s": noticed.get("notice_to_traffic_moved_s"),
-            "next_rung": "a100 (cold: no standby replica)",
+            "noticed_tune_steps_lost": noticed["tune_steps_lost"],
+            "unnoticed_tune_steps_lost": unnoticed["tune_steps_lost"],
+            "notice_to_traffic_moved_s": noticed["notice_to_traffic_moved_warm_s"],
+            "notice_to_traffic_moved_case": "warm (a100 keeps a standby replica)",
+            "notice_to_traffic_moved_cold_s": (noticed["notice_to_traffic_moved_cold_s"]
+                                               if cold_case else None),
+            "cold_case_measured": cold_case if cold_case else (
+                "no: a hedge had woken the cold app's a100 replica before the notice"),
+            "cold_next_rung_replica_start_s": start_s,
+            "goals": {
+                "noticed_hedged_requests_0": warm["hedged_requests"] == 0,
+                "noticed_tasks_rerun_0": noticed["tasks_rerun"] == 0,
+                "noticed_tune_steps_lost_0": noticed["tune_steps_lost"] == 0,
+                "moved_warm_le_0.5s": noticed["notice_to_traffic_moved_warm_s"] <= 0.5,
+                "moved_cold_le_replica_start_plus_1s": (
+                    None if not cold_case or start_s is None
+                    else noticed["notice_to_traffic_moved_cold_s"] <= start_s + 1.0),
+            },
             "noticed": noticed,
             "unnoticed": unnoticed,
-            "total_s": round(time.monotonic() - t0, 1),
         }
     finally:
+        flag.touch()
+        if fit is not None:
+            fit.join(60)
         try:
             serve.shutdown()
         finally:
             cluster.shutdown()
+    result["total_s"] = round(time.monotonic() - t0, 1)
     result["machine"] = probe.report()
     print(json.dumps(result), file=JSON_OUT, flush=True)
 

@@ -245,8 +245,8 @@ _notice: dict[str, float] = {"read_at": float("-inf"), "draining": 0.0}
 def should_checkpoint() -> bool:
     """Whether this trial should checkpoint now: its node got a preemption notice.
 
-    True once Ray drains the node the trial runs on (a SIGTERMed raylet, autoscaler v2,
-    KubeRay or ``ray drain-node``: the GCS's draining table, read at most every
+    True once Ray drains the node the trial runs on (a SIGTERMed ``ray start --block``,
+    autoscaler v2, KubeRay or ``ray drain-node``: the GCS's draining table, read at most every
     ``NOTICE_POLL_S``). A training function that polls it each step and, when it is
     True, reports a checkpoint (``tune.report(metrics, checkpoint=...)``) loses no step:
     the :class:`~ray_ladder.tune.LadderScheduler` moves the trial to the next rung at
