@@ -258,14 +258,22 @@ def test_climb_back_after_re_add_honors_the_hysteresis(app):
     app.kill("h100")
     wait_until(lambda: app.state()["current"] == "a100", SLOW, 0.1, "fallen to a100")
     added_at = time.time()
-    app.cluster.add_node("h100")
-    wait_until(lambda: app.post({"climb": 1}).headers["x-ladder-rung"] == "h100", SLOW, 0.1,
-               "answers from h100 again")
+    wall_minus_mono = time.time() - time.monotonic()
+    with Load(app, rate=10, max_s=SLOW) as load:
+        app.cluster.add_node("h100")
+        wait_until(lambda: sum(1 for r in list(load.results) if r[2] == "h100") >= 10,
+                   SLOW, 0.1, "answers from h100 again")
     up = [e for e in app.state()["events"]
           if e["to"] == "h100" and e["direction"] == "up" and e["time"] >= added_at]
     assert up, "the climb is an 'up' event"
     streak = int(up[0]["reason"].split(" for ")[1].split()[0])
     assert streak >= LADDER.policy.promotion_hysteresis
+    # The climb takes effect when it is decided: the router moved only once its handle
+    # could reach the new replica, so requests sent from half a second after the
+    # decision on are answered there (none waits, then hedges to a100).
+    climbed = up[0]["time"] - wall_minus_mono
+    after = [r for r in load.results if r[0] > climbed + 0.5]
+    assert after and all(r[1] == 200 and r[2] == "h100" for r in after), after
 
 
 def _serve_running(deployment: str) -> int:
