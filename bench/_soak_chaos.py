@@ -117,9 +117,9 @@ class Chaos:
                     candidates = _serve_actors(target, self.app)
                 except LookupError:  # that rung has no replica now: any rung's
                     candidates = _serve_actors(None, self.app)
-                for handle, name in candidates:  # one on a killed node does not answer
+                for handle, name in candidates:  # one on a killed node never answers
                     try:
-                        pid = _pid(handle, timeout_s=5.0)
+                        pid = _pid(handle, timeout_s=2.0)
                     except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError):
                         continue
                     os.kill(pid, signal.SIGKILL)
@@ -147,7 +147,7 @@ class Chaos:
                 entry["done"] = bool(nodes)
         except Exception as err:  # the soak reports it; the schedule goes on
             entry["done"], entry["error"] = False, f"{type(err).__name__}: {err}"
-        entry["done_at_s"] = round(at + time.monotonic() - called, 2)  # the kill's moment
+        entry["done_at_s"] = round(at + time.monotonic() - called, 3)  # the kill's moment
         self.log.append(entry)
 
     def join(self) -> None:
