@@ -11,10 +11,10 @@ another). On it, at once:
 * one Tune trial (0.1 s steps, a checkpoint every 25 steps) that also checkpoints when
   ``ray_ladder.tune.should_checkpoint()`` says its node got a notice.
 
-Phase 1 SIGKILLs the h100 node with no notice; a new h100 node joins and everything climbs
-back; phase 2 drains it through Ray's own drain API (``DRAIN_NODE_REASON_PREEMPTION``,
-deadline 10 s) and SIGKILLs it at the deadline. Prints ONE JSON object on stdout
-(progress on stderr). Run: ``python bench/preemption_notice.py``.
+Phase 1 SIGKILLs the h100 node with no notice (while a task attempt runs there); a new h100
+node joins and everything climbs back; phase 2 drains it through Ray's own drain API
+(``DRAIN_NODE_REASON_PREEMPTION``, deadline 10 s) and SIGKILLs it at the deadline. Prints
+ONE JSON object on stdout (progress on stderr). Run: ``python bench/preemption_notice.py``.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ COLD = Ladder.from_yaml("name: bench-notice-cold" + RUNGS % 0)
 WORK = Ladder.from_yaml("name: bench-notice-work" + RUNGS % 0)
 NODES = {n: {"num_cpus": 2, "resources": {f"ladder/{n}": 4}} for n in ("h100", "a100")}
 # Serve stops a draining replica at deadline - graceful_shutdown_timeout_s (20 s by
-# default: at once for a 10 s notice); a short look-back makes Serve 2.60 report a handle's
-# queued requests within 0.2 s (it reports a series recorded every look_back x 0.2).
+# default: at once for a 10 s notice). The cold rung gets a short look-back: with Serve's
+# default (30 s) its replica was asked for 6 s or more after the notice (docs/capacity.md).
 QUICK = {"graceful_shutdown_timeout_s": 1.0}
 COLD_A100 = {**QUICK, "autoscaling_config": {"downscale_delay_s": 1.0, "look_back_period_s": 2.0}}
 
@@ -256,6 +256,10 @@ class Bench:
                 if cold_running is None and running("cold", "a100"):
                     cold_running = time.monotonic()
                 time.sleep(0.1)
+        else:  # no notice: kill while a task runs there (a 0.3 s attempt started just now)
+            wait_until(lambda: any(n == node.node_id and time.time() - t < 0.1
+                                   for _, n, t in self.started()), 30, 0.02,
+                       "an attempt running on h100")
         self.cluster.remove_node(node)  # SIGKILL at the deadline, or with no notice at all
         t_kill, wall_kill = time.monotonic(), time.time()
         for x in loads.values():
