@@ -358,8 +358,8 @@ def draining_nodes() -> dict[str, float | None]:
 
     Source of truth: the GCS node manager's draining table, the one Ray's own Serve
     controller and Ray Data read (``ray._private.state.state.get_draining_nodes()``, a
-    deadline of 0 ms meaning none). A SIGTERMed ``ray start --block`` (not the raylet
-    itself), autoscaler v2, KubeRay and ``ray drain-node`` fill it by ``DrainNode``. The
+    deadline of 0 ms meaning none). ``ray drain-node``, a SIGTERMed ``ray start --block``
+    (a KubeRay pod; never the raylet itself) and autoscaler v2 (idle nodes) fill it. The
     drain reason is not in this table (nor in ``ray.nodes()``); a busy node is drained
     only for preemption, since Ray rejects an idle-termination drain of a busy node.
     """

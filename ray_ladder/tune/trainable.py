@@ -245,12 +245,12 @@ _notice: dict[str, float] = {"read_at": float("-inf"), "draining": 0.0}
 def should_checkpoint() -> bool:
     """Whether this trial should checkpoint now: its node got a preemption notice.
 
-    True once Ray drains the node the trial runs on (a SIGTERMed ``ray start --block``,
-    autoscaler v2, KubeRay or ``ray drain-node``: the GCS's draining table, read at most every
-    ``NOTICE_POLL_S``). A training function that polls it each step and, when it is
-    True, reports a checkpoint (``tune.report(metrics, checkpoint=...)``) loses no step:
-    the :class:`~ray_ladder.tune.LadderScheduler` moves the trial to the next rung at
-    that checkpoint, before the node is killed. False outside a Ray worker.
+    True once Ray drains the node the trial runs on (``ray drain-node``, a SIGTERMed
+    ``ray start --block`` such as a deleted KubeRay pod: the GCS's draining table, read
+    at most every ``NOTICE_POLL_S``). A training function that polls it each step and,
+    when it is True, reports a checkpoint (``tune.report(metrics, checkpoint=...)``) loses
+    no step: the :class:`~ray_ladder.tune.LadderScheduler` moves the trial to the next
+    rung at that checkpoint, before the node is killed. False outside a Ray worker.
 
     Example:
         >>> def train_fn(config):  # doctest: +SKIP
