@@ -55,8 +55,9 @@ def ray_node_states() -> list[NodeState]:
     Source of truth: ``ray.nodes()`` (alive flag, labels, totals), the GCS's per-node
     available resources, and the GCS's draining-node table for preemption notices
     (:func:`ray_private.draining_nodes`: node -> drain deadline, filled by the
-    ``DrainNode`` call that a SIGTERMed raylet, autoscaler v2, KubeRay and
-    ``ray drain-node`` all make). Needs ``ray.init()`` first.
+    ``DrainNode`` call that a SIGTERMed ``ray start --block`` (a deleted KubeRay pod)
+    and ``ray drain-node`` make; a SIGTERM to the raylet itself is no notice, and
+    autoscaler v2 drains only idle nodes). Needs ``ray.init()`` first.
     """
     import ray
 

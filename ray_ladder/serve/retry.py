@@ -34,8 +34,13 @@ def next_rung(state: RouterState, selector: Selector, tried: set[str]) -> str | 
     return below[0] if below else None
 
 
+#: Replica states that take requests: a replica on a draining node is PENDING_MIGRATION
+#: and still serves until Serve stops it (before the drain deadline).
+SERVING_STATES = frozenset({"RUNNING", "PENDING_MIGRATION"})
+
+
 def running_replicas(app_name: str, deployments: Mapping[str, str]) -> dict[str, int]:
-    """RUNNING replicas per rung (rung -> its deployment's name) of Serve app
+    """Serving replicas per rung (rung -> its deployment's name) of Serve app
     ``app_name``, from the Serve controller (``serve.status()``: one call)."""
     from ray import serve
 
@@ -45,5 +50,6 @@ def running_replicas(app_name: str, deployments: Mapping[str, str]) -> dict[str,
         status = app.deployments.get(deployment) if app is not None else None
         states = status.replica_states if status is not None else {}
         running[rung] = sum(n for s, n in states.items()
-                            if getattr(s, "value", s) == "RUNNING")
+                            if getattr(s, "value", s) in SERVING_STATES)
     return running
+
