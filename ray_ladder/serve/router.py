@@ -26,6 +26,7 @@ from ray_ladder.serve.llm.routes import route_of
 from ray_ladder.serve.metrics import LadderMetrics
 from ray_ladder.serve.result import LadderResult
 from ray_ladder.serve.retry import next_rung, running_replicas
+from ray_ladder.serve.scaling import publish_primes
 
 logger = logging.getLogger("ray_ladder.serve")
 
@@ -83,11 +84,11 @@ class LadderRouter:
             settings = cache_rung.cache
             self._cache = (AnswerCache(settings.max_entries, settings.ttl_s) if settings
                            else AnswerCache())
-        # Follows the autoscaler hook: a rung it released is held back once a better rung
-        # is up *and has a running replica* (before, the lesser one still serves).
+        # A rung the hook released is held back once a better one has a running replica.
         self._view = CapacityView(self.ladder, refresh_interval_s=policy.probe_interval_s,
                                   ready=self._state.is_warm)
         self._pinging: set[str] = set()
+        self._primed: dict[str, float] = {}  # cold rung -> when the router asked for it
         #: Done at the end of each probe (then replaced): requests waiting for a rung.
         self._probed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -100,8 +101,7 @@ class LadderRouter:
             logger.exception("first ladder probe failed")
         self._loop_task = asyncio.get_running_loop().create_task(self._probe_loop())
 
-    def __del__(self) -> None:
-        # Serve calls this when it stops the replica: stop probing first.
+    def __del__(self) -> None:  # Serve calls this when it stops the replica: stop probing
         task = getattr(self, "_loop_task", None)
         if task is not None:
             task.cancel()
@@ -182,6 +182,8 @@ class LadderRouter:
             if rung not in self._pinging:
                 self._pinging.add(rung)
                 self._spawn(self._ping(rung, policy.pending_timeout_s))
+                self._primed[rung] = time.time()  # StandbyPolicy starts a replica now
+                self._spawn(asyncio.to_thread(publish_primes, self._app(), dict(self._primed)))
         for rung in self._state.on_probation(time.time()):  # prove it answers again
             if rung not in self._pinging:
                 self._pinging.add(rung)
@@ -386,10 +388,9 @@ class LadderRouter:
     def shed_rung(self, attempts: list[Attempt]) -> str | None:
         """The shed rung's name when it gave the answer, else ``None`` (exhausted)."""
         last = attempts[-1].rung if attempts else None
-        if last is not None and last in self.ladder.names \
-                and self.ladder.rung(last).kind == "shed":
-            return last
-        return None
+        shed = last is not None and last in self.ladder.names \
+            and self.ladder.rung(last).kind == "shed"
+        return last if shed else None
 
     async def __call__(self, request: Any) -> Any:
         """HTTP: ``/v1/...`` OpenAI-compatible routes, ``GET /-/ladder``, ``POST /``."""

@@ -19,6 +19,25 @@ HOOK_STALE_MIN_S = 30.0
 HOOK_READ_EVERY_S = 1.0
 #: Roles that send a rung's deployment to 0 replicas once no request is left for it.
 _CUT_ROLES = ("released", "draining")
+#: Where a ladder router publishes the cold rungs it primes: app -> {rung: wall time}.
+PRIME_PREFIX = "serve/prime/"
+#: A primed rung keeps at least one replica this long (then its traffic keeps it).
+PRIME_HOLD_S = 60.0
+#: Re-read the primes of a rung with no replica at most this often.
+PRIME_READ_EVERY_S = 0.25
+
+
+def publish_primes(app: str, primes: dict[str, float]) -> None:
+    """The router's side: ``primes`` (rung -> wall time it asked for a replica) of ``app``.
+
+    Serve's own cold start lags a long-lived handle: its cold-start push reports the
+    handle's recorded queue samples, the zeros of its idle past, so the controller sees
+    a queued request only at a later periodic push (2-7 s here, by ``look_back_period_s``).
+    """
+    from ray.experimental.internal_kv import _internal_kv_put
+
+    _internal_kv_put(PRIME_PREFIX + app, json.dumps(primes), overwrite=True,
+                     namespace=HOOK_KV_NAMESPACE)
 
 
 class StandbyPolicy:
@@ -37,6 +56,8 @@ class StandbyPolicy:
       keep a released node busy (Ray's idle timeout could never return it), and a
       pending one on a stocked-out rung is demand the autoscaler retries undamped.
     * ``warming``: at least 1, so the better rung is warm before traffic moves to it.
+      So does a rung the ladder's router *primed* in the last ``PRIME_HOLD_S``
+      (:func:`publish_primes`: a preemption notice above it, or a climb onto it).
     * otherwise (or no hook, or a stopped or stale one): ``standby``.
 
     Serve applies ``downscale_delay_s`` to every policy's decision; for 1 -> 0 this
@@ -62,8 +83,24 @@ class StandbyPolicy:
         self._roles: dict[str, Any] | None = None
         self._read_at: float | None = None
         self._idle_since: float | None = None
+        self._primes: dict[str, Any] | None = None
+        self._primes_at: float | None = None
+
+    def primed(self, now: float, app: str | None, cold: bool) -> bool:
+        """Whether the router primed this rung of ``app`` in the last ``PRIME_HOLD_S``."""
+        if app is None or self.rung is None:
+            return False
+        every = PRIME_READ_EVERY_S if cold else HOOK_READ_EVERY_S
+        if self._primes_at is None or not 0 <= now - self._primes_at < every:
+            self._primes_at = now
+            self._primes = self._read_kv(PRIME_PREFIX + app)
+        at = (self._primes or {}).get(self.rung)
+        return isinstance(at, (int, float)) and -5.0 <= now - at < PRIME_HOLD_S
 
     def _read_roles(self) -> dict[str, Any] | None:
+        return self._read_kv(HOOK_ROLES_PREFIX + str(self.ladder))
+
+    def _read_kv(self, key: str) -> dict[str, Any] | None:
         try:
             from ray.experimental.internal_kv import (
                 _internal_kv_get,
@@ -72,9 +109,9 @@ class StandbyPolicy:
 
             if not _internal_kv_initialized():
                 return None
-            raw = _internal_kv_get(HOOK_ROLES_PREFIX + str(self.ladder),
-                                   namespace=HOOK_KV_NAMESPACE)
-            return None if raw is None else json.loads(raw)
+            raw = _internal_kv_get(key, namespace=HOOK_KV_NAMESPACE)
+            value = None if raw is None else json.loads(raw)
+            return value if isinstance(value, dict) else None
         except Exception:  # no hook state is today's behaviour, never a failed policy
             return None
 
@@ -107,7 +144,9 @@ class StandbyPolicy:
             # Serve's policy keeps a replica that is still pending (none running yet):
             # here only requests for the rung keep it.
             return (desired if ctx.total_num_requests > 0 else 0), state
-        floor = max(self.standby, 1) if role == "warming" else self.standby
+        primed = now is not None and self.primed(
+            float(now), getattr(ctx, "app_name", None), ctx.current_num_replicas == 0)
+        floor = max(self.standby, 1) if role == "warming" or primed else self.standby
         want = max(desired, floor)
         if want > 0 or ctx.target_num_replicas < 1 or now is None:
             self._idle_since = None

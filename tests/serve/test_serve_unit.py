@@ -377,6 +377,26 @@ def test_standby_policy_floors_serves_decision():
     assert StandbyPolicy(standby=0)(ctx)[0] == 0
 
 
+def test_a_cold_rung_the_router_primed_gets_a_replica_without_waiting_for_serve_metrics():
+    # Serve's cold start waits for the handle's next metrics push (2-7 s); the router's
+    # prime (a notice above the rung, a climb onto it) floors the rung at 1 at once.
+    from types import SimpleNamespace
+
+    from ray_ladder.serve import scaling
+
+    ctx = SimpleNamespace(current_num_replicas=0, target_num_replicas=0, total_num_requests=0,
+                          policy_state={}, config=None, current_time=1000.0, app_name="web")
+    kv: dict[str, dict[str, float]] = {}
+    policy = scaling.StandbyPolicy(standby=0, ladder="web", rung="a100")
+    policy._read_kv = lambda key: kv.get(key)  # type: ignore[method-assign]
+    assert policy(ctx)[0] == 0  # nothing asked for it: Serve's decision
+    kv[scaling.PRIME_PREFIX + "web"] = {"a100": 1000.1}  # the router primed it
+    ctx.current_time = 1000.1 + scaling.PRIME_READ_EVERY_S
+    assert policy(ctx)[0] == 1  # read within PRIME_READ_EVERY_S of the prime
+    ctx.current_time = 1000.1 + scaling.PRIME_HOLD_S + 1  # long ago: Serve decides again
+    assert policy(ctx)[0] == 0
+
+
 def test_app_builder_validates_its_args(tmp_path):
     from ray_ladder.serve import app_builder
 
