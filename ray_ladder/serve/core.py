@@ -208,6 +208,7 @@ class RouterState:
 
         Returns the unconstrained selector's decision.
         """
+        alive = list(alive)  # read twice below
         if running is not None:
             if self._running_at is not None:  # a replica that started under the router:
                 self._probation.update(self._started(running, alive))
@@ -232,9 +233,8 @@ class RouterState:
         return self._observe_all(now)
 
     def _started(self, running: Mapping[str, int], alive: Iterable[str]) -> list[str]:
-        """Standby rungs whose first replica just started: they count once a ping through
-        the router's handle answered (the controller reports RUNNING before the handle
-        can route there; requests sent meanwhile would wait, and hedge below)."""
+        """Standby rungs whose replica just started: they count once a ping through the
+        router's handle answered (Serve reports RUNNING before the handle can route)."""
         return [n for n in self._compute if self._standby[n] > 0 and running.get(n, 0) > 0
                 and self._running.get(n, 0) == 0 and n not in set(alive)]
 
