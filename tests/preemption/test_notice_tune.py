@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 import cloudpickle
+import preemption_notice  # bench/ (this folder's conftest.py puts it on the path)
 import pytest
+from preemption_notice import train  # steps of 0.1 s, a checkpoint every EVERY (25) or on notice
+from ray import cloudpickle as ray_cloudpickle
 from ray import tune
 
 from ray_ladder import Ladder
@@ -23,7 +25,6 @@ from ray_ladder.tune import Tuner, rung_history, with_ladder
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
 
 DEADLINE_S = 8.0
-EVERY = 25  # the trial's own checkpoint interval: a kill without notice loses up to 24 steps
 LADDER = Ladder.from_yaml("""
 name: notice-tune
 policy: {promotion_hysteresis: 2, probe_interval_s: 0.25}
@@ -35,32 +36,10 @@ NODES = {"h100": {"num_cpus": 1, "resources": {"ladder/h100": 1}},
          "a100": {"num_cpus": 1, "resources": {"ladder/a100": 1}}}
 
 
-def train(config):
-    """Count steps (0.1 s each); checkpoint every EVERY steps, or at once when the node
-    got a preemption notice (``should_checkpoint()``); log each step as a JSON line."""
-    from ray_ladder.tune import current_rung, should_checkpoint
-
-    step = resumed_from = 0
-    checkpoint = tune.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as d:
-            step = resumed_from = json.loads(Path(d, "state.json").read_text())["step"]
-    rung = current_rung().name
-    while True:
-        time.sleep(0.1)
-        step += 1
-        with open(config["log"], "a") as f:
-            f.write(json.dumps({"step": step, "rung": rung, "time": time.time(),
-                                "resumed_from": resumed_from}) + "\n")
-        if step % EVERY == 0 or should_checkpoint():
-            with tempfile.TemporaryDirectory() as d:
-                Path(d, "state.json").write_text(json.dumps({"step": step}))
-                tune.report({"step": step}, checkpoint=tune.Checkpoint.from_directory(d))
-        else:
-            tune.report({"step": step})
-
-
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
+# The bench's training function (Tune workers cannot import bench/ modules by name).
+for _pickler in (cloudpickle, ray_cloudpickle):
+    _pickler.register_pickle_by_value(preemption_notice)
 
 
 def _read(path: Path) -> list[dict]:
@@ -73,7 +52,7 @@ def test_a_trial_that_honours_should_checkpoint_loses_no_step(local_cluster, tmp
     cluster = local_cluster(NODES)
     log, flag = tmp_path / "steps.jsonl", tmp_path / "stop"
     stop = str(flag)
-    tuner = Tuner(with_ladder(train, LADDER), param_space={"log": str(log)},
+    tuner = Tuner(with_ladder(train, LADDER), param_space={"log": str(log), "honour": True},
                   run_config=tune.RunConfig(
                       storage_path=str(tmp_path / "results"), verbose=0,
                       stop=lambda trial_id, result: os.path.exists(stop),
