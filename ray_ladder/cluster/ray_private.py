@@ -5,6 +5,9 @@ every one of them to the Ray series in ``pyproject.toml``, so a Ray upgrade is a
 this file (and that test) only. Imports happen inside the functions: importing this module
 costs nothing and never imports Ray.
 
+Ray Train v2's internals have their own door beside this one,
+:mod:`ray_ladder.cluster.ray_private_train` (same rules, same pin test).
+
 One exception, by design: ``ray_ladder/serve/scaling.py`` is cloudpickled by value into the
 Serve controller, which may not have ray_ladder installed, so it reads the KV directly (the
 same ``_internal_kv_get`` as :func:`kv_get`; the pin test covers it too).
@@ -41,15 +44,6 @@ PRIVATE_USES: tuple[tuple[str, str], ...] = (
     ("ray._raylet", "GcsClient"),
     ("ray._private.services", "canonicalize_bootstrap_address_or_die"),
     ("ray.experimental.internal_kv", "internal_kv_get_gcs_client"),
-    ("ray.train.v2._internal.execution.scaling_policy", "ScalingPolicy"),
-    ("ray.train.v2._internal.execution.scaling_policy", "ResizeDecision"),
-    ("ray.train.v2._internal.execution.scaling_policy", "NoopDecision"),
-    ("ray.train.v2.api.data_parallel_trainer",
-     "DataParallelTrainer._initialize_and_run_controller"),
-    ("ray.train.v2._internal.execution.controller.state", "TrainControllerStateType"),
-    ("ray.train.v2._internal.execution.worker_group.state", "WorkerGroupState"),
-    ("ray.train.v2._internal.exceptions", "WorkerHealthCheckFailedError"),
-    ("ray.train.v2._internal.execution.callback", "WorkerGroupCallback"),
 )
 
 
@@ -277,71 +271,6 @@ def gcs_live_jobs(client: Any, timeout_s: float) -> set[str]:
     jobs = client.get_all_job_info(skip_submission_job_info_field=True,
                                    skip_is_running_tasks_field=True, timeout=timeout_s)
     return {info.job_id.hex() for info in jobs.values() if not info.is_dead}
-
-
-# --- Ray Train v2: the ladder as the controller's scaling policy --------------------------
-
-def train_bases() -> tuple[type, type]:
-    """Ray Train v2's ``ScalingPolicy`` and ``WorkerGroupCallback`` base classes."""
-    from ray.train.v2._internal.execution.callback import WorkerGroupCallback
-    from ray.train.v2._internal.execution.scaling_policy import ScalingPolicy
-
-    return ScalingPolicy, WorkerGroupCallback
-
-
-def train_decision(num_workers: int = 0, resources_per_worker: dict | None = None) -> Any:
-    """``ResizeDecision`` to (re)start the group in this shape; ``NoopDecision`` for 0."""
-    from ray.train.v2._internal.execution.scaling_policy import NoopDecision, ResizeDecision
-
-    if num_workers == 0:
-        return NoopDecision()
-    return ResizeDecision(num_workers=num_workers, resources_per_worker=resources_per_worker or {})
-
-
-def train_fit_with_scaling_policy(trainer: Any, policy: Any, fit: Any, callbacks: tuple = ()
-                                  ) -> Any:
-    """``fit()`` of a v2 trainer whose controller gets ``policy`` (and ``callbacks``): swaps
-    them into ``_initialize_and_run_controller``'s arguments for that one call."""
-    original = trainer._initialize_and_run_controller
-
-    def run(**kwargs: Any) -> Any:
-        kwargs["scaling_policy"] = policy
-        kwargs["callbacks"] = [*kwargs.get("callbacks", []), *callbacks]
-        return original(**kwargs)
-
-    trainer._initialize_and_run_controller = run
-    try:
-        return fit()
-    finally:
-        del trainer._initialize_and_run_controller
-
-
-def train_state(state: Any) -> tuple[str, BaseException | None, str | None]:
-    """(``TrainControllerStateType`` name, training error, name of the state it leads to)."""
-    from ray.train.v2._internal.execution.controller.state import TrainControllerStateType
-
-    def name(s: Any) -> str:
-        kind = getattr(s, "_state_type", None)
-        return str(kind.state_name) if isinstance(kind, TrainControllerStateType) else "?"
-
-    following = getattr(state, "next_state", None)
-    return (name(state), getattr(state, "training_failed_error", None),
-            name(following) if following is not None else None)
-
-
-def train_placements(group: Any) -> list[tuple[str, dict[str, float]]]:
-    """(node id, resources) by rank of a ``WorkerGroup`` or a ``WorkerGroupState``."""
-    state = group.get_worker_group_state() if hasattr(group, "get_worker_group_state") else group
-    return [(str(w.metadata.node_id), dict(w.resources)) for w in state.workers]
-
-
-def train_failure_cause(error: BaseException) -> BaseException:
-    """The Ray error inside a ``WorkerHealthCheckFailedError``, else ``error``."""
-    from ray.train.v2._internal.exceptions import WorkerHealthCheckFailedError
-
-    if isinstance(error, WorkerHealthCheckFailedError):
-        return error.health_check_failure  # type: ignore[no-any-return]
-    return error
 
 
 # --- drain notices (issue 15: a preemption notice is a node Ray drains) -------------------

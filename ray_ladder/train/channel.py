@@ -14,17 +14,22 @@ NAMESPACE = "ray_ladder"
 
 @dataclass(frozen=True)
 class ClimbRequest:
-    """The ladder asks the workers to stop at their next checkpoint so it can move them up.
+    """The ladder asks the workers to stop at their next checkpoint so it can move them:
+    up (a climb), or off a node Ray is draining (a preemption notice).
 
     Attributes:
         id: Request number (unique within the run).
-        to: The rung the run will move to.
+        to: The rung the run will move to (for a notice: the best that fitted without the
+            drained nodes when it came, ``""`` if none did; the restart decides again).
         cancelled: The better rung went away before the move: keep training.
+        notice: The request is for a preemption notice: the group restarts elsewhere as
+            soon as every worker stopped at a committed checkpoint (never cancelled).
     """
 
     id: int
     to: str
     cancelled: bool = False
+    notice: bool = False
 
 
 class Channel:
@@ -32,7 +37,8 @@ class Channel:
 
     The controller writes a :class:`ClimbRequest`; rank 0 reads it at a checkpoint
     (``ray_ladder.train.report``), waits until Ray Train committed that checkpoint and
-    answers :meth:`park`; the controller then restarts the group on the better shape.
+    answers :meth:`park`; the controller then restarts the group on the better shape (a
+    climb) or ends Ray Train's wait for the drain's deadline (a notice).
     The controller also keeps the run's :class:`LadderSummary` here for the driver.
 
     Args:
@@ -41,7 +47,7 @@ class Channel:
     Example:
         >>> channel = Channel("3f2a")  # doctest: +SKIP
         >>> channel.ask_climb(1, "h100x8"); channel.climb()  # doctest: +SKIP
-        ClimbRequest(id=1, to='h100x8', cancelled=False)
+        ClimbRequest(id=1, to='h100x8', cancelled=False, notice=False)
     """
 
     def __init__(self, run_id: str) -> None:
@@ -62,28 +68,31 @@ class Channel:
 
     # --- climb at a checkpoint -------------------------------------------------------------
 
-    def ask_climb(self, request_id: int, to: str) -> None:
-        """Controller: stop at the next checkpoint, the run moves up to ``to``."""
-        self._put("climb", {"id": request_id, "to": to, "cancelled": False})
+    def ask_climb(self, request_id: int, to: str, *, notice: bool = False) -> None:
+        """Controller: stop at the next checkpoint, the run moves to ``to`` (``notice``:
+        off a drained node, replacing any standing climb)."""
+        self._put("climb", {"id": request_id, "to": to, "cancelled": False, "notice": notice})
 
     def cancel_climb(self, request_id: int) -> None:
         """Controller: the better rung is gone again; workers waiting at a checkpoint go on."""
         current = self.climb()
         if current is not None and current.id == request_id:
-            self._put("climb", {"id": request_id, "to": current.to, "cancelled": True})
+            self._put("climb", {"id": request_id, "to": current.to, "cancelled": True,
+                                "notice": current.notice})
 
     def climb(self) -> ClimbRequest | None:
-        """The current climb request, if any."""
+        """The current move request (a climb or a notice), if any."""
         value = self._get("climb")
-        return None if value is None else ClimbRequest(int(value["id"]), str(value["to"]),
-                                                        bool(value["cancelled"]))
+        return None if value is None else ClimbRequest(
+            int(value["id"]), str(value["to"]), bool(value["cancelled"]),
+            bool(value.get("notice", False)))
 
     def park(self, request_id: int) -> None:
         """Rank 0: every worker stopped at a checkpoint Ray Train has committed."""
         self._put("parked", request_id)
 
     def parked(self) -> int | None:
-        """The climb request the workers stopped for, if any."""
+        """The request the workers stopped for, if any."""
         value = self._get("parked")
         return None if value is None else int(value)
 

@@ -8,13 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ray_ladder.cluster import ray_private
+from ray_ladder.cluster import ray_private_train as ray_train
 from ray_ladder.cluster.capacity import ray_node_states
 from ray_ladder.cluster.errors import is_rung_gone
 from ray_ladder.cluster.event_log import log_event, show_events_on_stderr
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.events import Direction, TransitionEvent
-from ray_ladder.core.placement import NodeState
+from ray_ladder.core.placement import PREEMPTION_NOTICE, NodeState
 from ray_ladder.core.spec import Ladder
 from ray_ladder.train.channel import Channel
 from ray_ladder.train.gang import gang_size, worker_demand
@@ -23,7 +23,7 @@ from ray_ladder.train.planner import GangPlanner
 
 logger = logging.getLogger(__name__)
 
-_BASES = ray_private.train_bases()
+_BASES = ray_train.train_bases()
 _ScalingPolicy: Any = _BASES[0]
 _WorkerGroupCallback: Any = _BASES[1]
 
@@ -46,6 +46,8 @@ class PolicySpec:
             ``LadderExhaustedError`` (``None``: wait as long as it takes).
         suspect_s: How long a node whose workers died is left out, unless the GCS says
             it is dead sooner (it can look alive for seconds after its workers are gone).
+        preemption_grace_s: The run's ``FailureConfig.preemption_grace_s`` (Ray Train
+            waits that long past a drain's deadline; ending the wait early must too).
     """
 
     ladder: Ladder
@@ -55,6 +57,7 @@ class PolicySpec:
     strategy: str = "PACK"
     max_wait_s: float | None = 300.0
     suspect_s: float = 30.0
+    preemption_grace_s: float = 0.0
 
 
 class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
@@ -66,8 +69,11 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
     the best eligible rung whose whole gang fits now (:class:`GangPlanner`), and, while the
     group runs, restarts it on a better rung once that has been obtainable for the
     hysteresis *and* the workers stopped at a committed checkpoint (``train.report``).
+    On a preemption notice (Ray Train's ``PreemptingState``) it asks the workers to stop
+    at their next checkpoint the same way and, once they did, ends Ray Train's wait for
+    the drain's deadline, so the group restarts elsewhere before the kill.
     Ray Train does the rest: worker group, placement group, restore from its latest
-    checkpoint, failure budget, preemption notices.
+    checkpoint, failure budget, preemption detection.
 
     Args:
         scaling_config: The top rung's ``ScalingConfig`` (what Ray Train asks the
@@ -98,6 +104,9 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         self.suspects: dict[str, float] = {}  # node id -> left out until (monotonic)
         self.asking: str | None = None  # rung of the standing climb request
         self.request_id = 0
+        self.notice: int | None = None  # the request the group moves at for a notice
+        self.notice_deadline: float | None = None  # the drain's own (wall-clock seconds)
+        self.notice_ended = False  # the workers stopped: Ray Train's wait was ended
         self.waiting_since: float | None = None
         self.last_probe = float("-inf")
         self.last_wait_log = float("-inf")
@@ -127,10 +136,10 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
                                                worker_group_status: Any) -> Any:
         """Watch for a better rung; move there once the workers wait at a checkpoint."""
         self._maybe_send_resource_request()
-        placements = ray_private.train_placements(worker_group_state)
+        placements = ray_train.train_placements(worker_group_state)
         self._note_group(placements)
         if self.placed is None:
-            return ray_private.train_decision()
+            return ray_train.train_decision()
         if self.asking is not None and self.channel.parked() == self.request_id:
             target = self.asking
             capacity = self.planner.capacity(self._nodes(), held=self.held)[target]
@@ -144,7 +153,7 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
                         self.spec.ladder.name, target, capacity.why(), self.placed)
         now = self._clock()
         if now - self.last_probe < self.spec.ladder.policy.probe_interval_s:
-            return ray_private.train_decision()
+            return ray_train.train_decision()
         self.last_probe = now
         better = self.planner.observe(self._nodes(), now, placed=self.placed, held=self.held)
         if better is None and self.asking is not None:
@@ -154,7 +163,7 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
             self.request_id += 1
             self.asking = better
             self.channel.ask_climb(self.request_id, better)
-        return ray_private.train_decision()
+        return ray_train.train_decision()
 
     # --- ControllerCallback hooks ------------------------------------------------------------
 
@@ -175,18 +184,23 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
 
     def after_controller_state_update(self, previous_state: Any, current_state: Any) -> None:
         """Keep the history: a span per worker group, closed with the reason it ended."""
-        name, error, following = ray_private.train_state(current_state)
-        before = ray_private.train_state(previous_state)[0]
+        name, error, following = ray_train.train_state(current_state)
+        before = ray_train.train_state(previous_state)[0]
         wall = self._wall()
         spans = self.summary.spans
         if name == "RUNNING" and before == "SCHEDULING" and self.placed is not None:
             rung = self.planner.train_ladder.rung(self.placed)
             spans.append(TrainSpan(self.placed, wall, None, None, gang_size(rung),
                                    tuple(self.rank_nodes), rung.cost_per_hour))
+        elif name == "PREEMPTING":
+            self._preempting(current_state, entered=before != "PREEMPTING")
+            return
         elif name == "RESTARTING":
             why = self._failed(error)
             close_last(spans, wall, why)
             self._why_next = f"{self.placed} {why}"
+            if getattr(error, "preemption_info", None) is not None:
+                self._why_next = f"{self.placed} {self._notice_reason()}"
         elif name == "RESCHEDULING":
             self._why_next = f"{self.placed} could not be scheduled"
         elif name == "RESIZING":
@@ -213,13 +227,50 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
 
     # --- internals -------------------------------------------------------------------------
 
+    def _preempting(self, state: Any, *, entered: bool) -> None:
+        """Ray Train waits out a preemption notice (it calls no scaling decision then): on
+        entering, ask the workers to stop at their next checkpoint (replacing a standing
+        climb, unless they already stopped for it); once they stopped, end the wait."""
+        if entered:
+            info = ray_train.train_preemption_info(state)
+            deadline_ms = getattr(info, "deadline_ms", None)
+            self.notice_deadline = deadline_ms / 1000.0 if deadline_ms else None
+            self.notice_ended = False
+            if self.asking is None or self.channel.parked() != self.request_id:
+                self.request_id += 1
+                self.channel.ask_climb(self.request_id, self._notice_target(info), notice=True)
+            self.asking = None
+            self.notice = self.request_id
+        if self.notice is None or self.notice_ended or self.channel.parked() != self.notice:
+            return
+        self.notice_ended = ray_train.train_end_preemption_wait(state,
+                                                                self.spec.preemption_grace_s)
+        logger.info("ladder %s: workers stopped at a committed checkpoint after a preemption "
+                    "notice; restarting the group off the drained node now",
+                    self.spec.ladder.name)
+
+    def _notice_target(self, info: Any) -> str:
+        """The best eligible rung whose gang fits without the drained nodes (``""``: none)."""
+        drained = set(getattr(info, "preempted_node_ids", None) or ())
+        capacity = self.planner.capacity(self._safe_nodes(), held=self.held, exclude=drained)
+        return next((name for name, c in capacity.items() if c.obtainable), "")
+
+    def _notice_reason(self) -> str:
+        """The event reason of a restart Ray Train made for a preemption notice."""
+        if not self.notice_ended:
+            return f"{PREEMPTION_NOTICE}: restarted at the drain's deadline"
+        due = ("no deadline" if self.notice_deadline is None else
+               f"{max(0.0, self.notice_deadline - time.time()):.1f} s before the deadline")
+        return f"{PREEMPTION_NOTICE}: moved at a committed checkpoint, {due}"
+
     def _resize(self, rung_name: str) -> Any:
         rung = self.planner.train_ladder.rung(rung_name)
         self.channel.clear()  # no request stands for the new group
+        self.asking, self.notice, self.notice_ended = None, None, False
         self.held = {}
         self.rank_nodes = []
         self.last_probe = float("-inf")
-        return ray_private.train_decision(gang_size(rung), worker_demand(rung))
+        return ray_train.train_decision(gang_size(rung), worker_demand(rung))
 
     def _wait(self, capacity: dict[str, Any], now: float) -> Any:
         """No eligible gang fits: wait (a probe interval at a time), or raise when too long."""
@@ -234,7 +285,7 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
                            self.spec.ladder.name,
                            "; ".join(f"{n}: {c.why()}" for n, c in capacity.items()))
         time.sleep(min(self.spec.ladder.policy.probe_interval_s, 0.5))
-        return ray_private.train_decision()
+        return ray_train.train_decision()
 
     def _note_group(self, placements: list[tuple[str, dict[str, float]]]) -> None:
         held: dict[str, dict[str, float]] = {}
@@ -258,13 +309,13 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
             lost.update(info.preempted_node_ids)
         failures = getattr(error, "worker_failures", None) or {}
         for rank, failure in failures.items():
-            cause = ray_private.train_failure_cause(failure)
+            cause = ray_train.train_failure_cause(failure)
             if is_rung_gone(cause) and 0 <= rank < len(self.rank_nodes):
                 lost.add(self.rank_nodes[rank])
         for node in lost:
             self.suspects[node] = until
         alive = {n.node_id for n in self._safe_nodes() if n.alive}
-        if info is not None or any(getattr(ray_private.train_failure_cause(f), "preempted",
+        if info is not None or any(getattr(ray_train.train_failure_cause(f), "preempted",
                                            False) for f in failures.values()):
             return "preempted"
         return "node lost" if lost and not lost <= alive else (
@@ -309,5 +360,5 @@ class GroupWatch(_WorkerGroupCallback):  # type: ignore[misc]
         """Hand the new group's placements to the policy."""
         policy = _LIVE.get(self.run_id)
         if policy is not None:
-            policy.group_started(ray_private.train_placements(worker_group))
+            policy.group_started(ray_train.train_placements(worker_group))
 

@@ -12,7 +12,7 @@ from typing import Any
 from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 from ray.train.v2.api.exceptions import ControllerError, TrainingFailedError
 
-from ray_ladder.cluster import ray_private
+from ray_ladder.cluster import ray_private_train
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.exceptions import LadderExhaustedError
 from ray_ladder.core.spec import Ladder, Rung, as_ladder
@@ -164,12 +164,14 @@ class LadderTrainer(DataParallelTrainer):  # type: ignore[misc]
         worker_spec = WorkerSpec(self.ladder, self.constraints, run_id, self._park_timeout_s)
         policy = LadderScalingPolicy(self._top_config, PolicySpec(
             self.ladder, self.constraints, run_id, run_name=str(self.run_config.name or ""),
-            strategy=self._strategy, max_wait_s=self._max_wait_s, suspect_s=self._suspect_s))
+            strategy=self._strategy, max_wait_s=self._max_wait_s, suspect_s=self._suspect_s,
+            preemption_grace_s=float(getattr(self.run_config.failure_config,
+                                             "preemption_grace_s", 0.0) or 0.0)))
         channel = Channel(run_id)
         user_fn = self.train_loop_per_worker
         self.train_loop_per_worker = wrap(user_fn, worker_spec)
         try:
-            result = ray_private.train_fit_with_scaling_policy(
+            result = ray_private_train.train_fit_with_scaling_policy(
                 self, policy, super().fit, callbacks=(GroupWatch(run_id),))
         except TrainingFailedError as err:
             summary = _read_summary(channel, policy)

@@ -10,11 +10,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ray_ladder.cluster import ray_private_train
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.context import RungContext
 from ray_ladder.core.placement import label_matches
 from ray_ladder.core.spec import Ladder
-from ray_ladder.train.channel import Channel
+from ray_ladder.train.channel import Channel, ClimbRequest
 from ray_ladder.train.gang import train_ladder, worker_demand
 
 logger = logging.getLogger(__name__)
@@ -51,12 +52,16 @@ class WorkerSpec:
         constraints: The run's constraints.
         run_id: The ladder run's id (its :class:`Channel`).
         park_timeout_s: How long workers wait at a checkpoint for a move before going on.
+        notice_wait_s: How long rank 0, reporting a checkpoint after its worker got a
+            preemption notice, waits for the controller's request to move (Ray Train
+            tells the workers before its controller's next poll sees it).
     """
 
     ladder: Ladder
     constraints: Constraints | None
     run_id: str
     park_timeout_s: float = 120.0
+    notice_wait_s: float = 10.0
 
 
 # One training function runs per Train worker process; these describe it.
@@ -167,10 +172,12 @@ def report(metrics: dict[str, Any], checkpoint: Any = None, **kwargs: Any) -> No
     """``ray.train.report`` that lets the ladder move the run up at this checkpoint.
 
     Same arguments as ``ray.train.report``; every worker calls it at the same points, as
-    Ray Train requires. When rank 0 reports a checkpoint and the ladder has asked to climb
-    (a better shape has been obtainable for the hysteresis), every worker stops here once
-    Ray Train has committed that checkpoint, and the ladder restarts the group on the better
-    shape from it: no step is lost. Outside a ladder run it is ``ray.train.report``.
+    Ray Train requires. When rank 0 reports a checkpoint and the ladder has asked to move
+    (a better shape has been obtainable for the hysteresis, or a node of the group got a
+    preemption notice: ``ray.train.get_preemption_info()`` is set), every worker stops
+    here once Ray Train has committed that checkpoint, and the ladder restarts the group
+    from it on the better shape, or off the drained node before its deadline: no step is
+    lost. Outside a ladder run it is ``ray.train.report``.
 
     Example:
         >>> ray_ladder.train.report({"loss": loss}, checkpoint=Checkpoint.from_directory(d))
@@ -190,6 +197,9 @@ def report(metrics: dict[str, Any], checkpoint: Any = None, **kwargs: Any) -> No
     asked: int | None = None
     if rank == 0 and checkpoint is not None:
         request = channel.climb()
+        if ((request is None or request.cancelled)
+                and ray_private_train.train_local_preemption_info() is not None):
+            request = _wait_for_notice(channel, spec.notice_wait_s)
         if request is not None and not request.cancelled:
             asked = request.id
     asked = broadcast_from_rank_zero(asked)  # every worker stops here, or none does
@@ -199,16 +209,38 @@ def report(metrics: dict[str, Any], checkpoint: Any = None, **kwargs: Any) -> No
         ray.train.get_all_reported_checkpoints(
             consistency_mode=CheckpointConsistencyMode.COMMITTED)
         channel.park(asked)
-    _wait_for_move(channel, asked, spec.park_timeout_s)
+    _wait_for_move(channel, asked, spec.park_timeout_s, rank == 0)
 
 
-def _wait_for_move(channel: Channel, asked: int, timeout_s: float) -> None:
+def _wait_for_notice(channel: Channel, timeout_s: float) -> ClimbRequest | None:
+    """Rank 0 got a preemption notice before the controller's next poll did: wait (at most
+    ``timeout_s``) for the request the controller writes when it sees it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        request = channel.climb()
+        if request is not None and not request.cancelled:
+            return request
+        time.sleep(0.05)
+    logger.warning("ladder: a preemption notice came, but no move request in %.0fs; "
+                   "training goes on", timeout_s)
+    return None
+
+
+def _wait_for_move(channel: Channel, asked: int, timeout_s: float, rank0: bool) -> None:
     """Wait at the checkpoint until the controller stops this group (the process ends), the
-    request is cancelled or replaced, or ``timeout_s`` passes: then training goes on."""
+    request is cancelled or replaced, or ``timeout_s`` passes: then training goes on. A
+    climb replaced by a preemption notice keeps the workers here (the checkpoint they
+    stopped at is committed): rank 0 parks again, for the notice."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         time.sleep(0.05)
         request = channel.climb()
+        if request is not None and request.notice and not request.cancelled \
+                and request.id != asked:
+            asked = request.id
+            if rank0:
+                channel.park(asked)
+            continue
         if request is None or request.id != asked or request.cancelled:
             return
     logger.warning("ladder: waited %.0fs at a checkpoint for a move that did not come; "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 import ray
 import tomllib
 
-from ray_ladder.cluster import ray_private
+from ray_ladder.cluster import ray_private, ray_private_train
 from ray_ladder.cluster.errors import RUNG_GONE, gone_class, is_rung_gone
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +33,8 @@ def test_the_installed_ray_is_the_series_the_door_was_read_from() -> None:
         int(x) for x in high.split(".")), (ray.__version__, req)
 
 
-@pytest.mark.parametrize(("module", "attribute"), ray_private.PRIVATE_USES)
+@pytest.mark.parametrize(("module", "attribute"),
+                         ray_private.PRIVATE_USES + ray_private_train.PRIVATE_USES)
 def test_every_private_use_resolves(module: str, attribute: str) -> None:
     value = importlib.import_module(module)
     for part in attribute.split("."):
@@ -40,11 +42,70 @@ def test_every_private_use_resolves(module: str, attribute: str) -> None:
     assert value is not None
 
 
-def test_the_door_lists_what_its_functions_reach() -> None:
-    source = Path(ray_private.__file__).read_text()
-    body = source[source.index("# --- GCS"):]
-    for module, attribute in ray_private.PRIVATE_USES:
+@pytest.mark.parametrize(("door", "start"), [(ray_private, "# --- GCS"),
+                                             (ray_private_train, "# --- the ladder")])
+def test_the_door_lists_what_its_functions_reach(door: object, start: str) -> None:
+    source = Path(door.__file__).read_text()
+    body = source[source.index(start):]
+    for module, attribute in door.PRIVATE_USES:
         assert attribute.split(".")[-1] in body, f"{module}.{attribute} is listed but unused"
+
+
+def test_ray_trains_wait_for_a_drain_ends_at_a_moved_deadline() -> None:
+    """What train_end_preemption_wait relies on: a PreemptingState keeps its PreemptionInfo
+    in the instance attribute ``preemption_info``, whose ``deadline_ms`` the controller's
+    deadline check reads (plus the grace); a later poll's info merges with the earliest
+    deadline; the PreemptionError it then raises counts against max_preemption_failures."""
+    import dataclasses
+    import time
+
+    from ray.train.v2._internal.execution.controller.controller import TrainController
+    from ray.train.v2._internal.execution.controller.state import PreemptingState
+    from ray.train.v2._internal.execution.failure_handling import (
+        DefaultFailurePolicy,
+        FailureDecision,
+    )
+    from ray.train.v2._internal.execution.preemption import merge_preemption_info
+    from ray.train.v2.api.config import FailureConfig
+    from ray.train.v2.api.exceptions import PreemptionError
+    from ray.train.v2.api.preemption import PreemptionInfo
+
+    assert "deadline_ms" in {f.name for f in dataclasses.fields(PreemptionInfo)}
+    far = int((time.time() + 60) * 1000)
+    info = PreemptionInfo(deadline_ms=far, preempted_node_to_ranks={"n1": [0, 1]})
+    state = PreemptingState(preemption_info=info, detected_at_s=time.time())
+    exceeded = TrainController._is_preemption_deadline_exceeded
+    assert not exceeded(state.preemption_info, state.detected_at_s, 5.0)
+    assert ray_private_train.train_preemption_info(state) is info
+    assert ray_private_train.train_end_preemption_wait(state, 5.0)
+    assert exceeded(state.preemption_info, state.detected_at_s, 5.0)
+    assert state.preemption_info.preempted_node_to_ranks == {"n1": [0, 1]}
+    assert exceeded(merge_preemption_info(state.preemption_info, info), 0.0, 5.0)
+    # The controller reads the deadline from the state it is in (not a copy made earlier).
+    source = inspect.getsource(TrainController._handle_preempting_state)
+    assert "controller_state.preemption_info" in source
+    assert "_is_preemption_deadline_exceeded" in source
+    policy = DefaultFailurePolicy(FailureConfig(max_failures=0, max_preemption_failures=1))
+    error = PreemptionError(preemption_info=state.preemption_info, drain_timed_out=True)
+    assert policy.make_decision(training_failed_error=error) == FailureDecision.RETRY
+    assert policy.make_decision(training_failed_error=error) == FailureDecision.RAISE
+    assert not ray_private_train.train_end_preemption_wait(object(), 0.0)
+
+
+def test_a_train_worker_keeps_its_preemption_info_in_its_context() -> None:
+    """What train_local_preemption_info reads (no collective): the worker's TrainContext
+    has a ``preemption_context`` whose ``preemption_info`` mark_preempt sets."""
+    import dataclasses
+
+    from ray.train.v2._internal.execution.context import TrainContext
+    from ray.train.v2._internal.execution.preemption import PreemptionContext
+    from ray.train.v2._internal.execution.worker_group.worker import RayTrainWorker
+
+    assert "preemption_context" in {f.name for f in dataclasses.fields(TrainContext)}
+    assert PreemptionContext().preemption_info is None
+    assert "preemption_context.preemption_info = info" in inspect.getsource(
+        RayTrainWorker.mark_preempt)
+    assert ray_private_train.train_local_preemption_info() is None  # not in a worker
 
 
 @pytest.mark.parametrize(("module", "name"),

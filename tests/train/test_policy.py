@@ -4,13 +4,16 @@ Ray Train's own state objects, fake nodes and an in-memory KV (no cluster)."""
 from __future__ import annotations
 
 import json
+import time
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from ray.exceptions import ActorDiedError
+from ray.train.v2._internal.execution.controller.controller import TrainController
 from ray.train.v2._internal.execution.controller.state import (
     FinishedState,
+    PreemptingState,
     ResizingState,
     RestartingState,
     RunningState,
@@ -22,8 +25,8 @@ from ray.train.v2.api.exceptions import PreemptionError, WorkerGroupError
 from ray.train.v2.api.preemption import PreemptionInfo
 
 from ray_ladder import Constraints, Ladder, LadderExhaustedError
-from ray_ladder.cluster import ray_private
-from ray_ladder.core.placement import NodeState
+from ray_ladder.cluster.metrics import transition_reason
+from ray_ladder.core.placement import PREEMPTION_NOTICE, NodeState
 from ray_ladder.train import policy as policy_module
 from ray_ladder.train.policy import GroupWatch, LadderScalingPolicy, PolicySpec
 
@@ -38,17 +41,6 @@ rungs:
   - {name: a100x4, resources: {ladder/a100: 2}, train: {workers: 2}, cost_per_hour: 16.4,
      tags: {jurisdiction: eu}, params: {grad_accum_steps: 2}}
 """)
-
-
-@pytest.fixture
-def kv(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    store: dict[str, str] = {}
-    monkeypatch.setattr(ray_private, "kv_put",
-                        lambda k, v, namespace=None: store.__setitem__(k, v))
-    monkeypatch.setattr(ray_private, "kv_get", lambda k, namespace=None: (
-        store[k].encode() if k in store else None))
-    monkeypatch.setattr(ray_private, "kv_del", lambda k, namespace=None: store.pop(k, None))
-    return store
 
 
 class Cluster:
@@ -171,7 +163,7 @@ def test_climbs_at_a_checkpoint_the_workers_wait_at(kv: dict[str, str]) -> None:
     assert "train/run1/climb" not in kv
     assert isinstance(policy.make_decision_for_running_worker_group(a100, None), NoopDecision)
     request = json.loads(kv["train/run1/climb"])  # 2nd: hysteresis met, ask the workers
-    assert request == {"id": 1, "to": "h100x8", "cancelled": False}
+    assert request == {"id": 1, "to": "h100x8", "cancelled": False, "notice": False}
     # Not parked yet: nothing moves mid-step.
     assert isinstance(policy.make_decision_for_running_worker_group(a100, None), NoopDecision)
     kv["train/run1/parked"] = "1"  # rank 0: every worker waits at a committed checkpoint
@@ -236,3 +228,129 @@ def test_the_history_closes_with_the_end_of_the_run(kv: dict[str, str]) -> None:
     span = policy.summary.spans[-1]
     assert (span.rung, span.ended_by, span.node_ids) == ("h100x8", "completed", ("big",) * 4)
     assert json.loads(kv["train/run1/summary"])["path"] == ["h100x8"]
+
+
+# --- preemption notices: stop at the next checkpoint, then end Ray Train's wait -------------
+
+def _notice(deadline_in_s: float = 60.0, node: str = "big") -> Any:
+    ranks = [0, 1, 2, 3]
+    return PreemptionInfo(deadline_ms=int((time.time() + deadline_in_s) * 1000),
+                          preempted_node_to_ranks={node: ranks})
+
+
+def _waiting(state: Any, grace_s: float = 0.0) -> bool:
+    """Ray Train's own check: is it still waiting for the drain's deadline in ``state``?"""
+    return not TrainController._is_preemption_deadline_exceeded(
+        state.preemption_info, state.detected_at_s, grace_s)
+
+
+def test_a_notice_moves_the_run_at_the_next_committed_checkpoint(kv: dict[str, str]) -> None:
+    policy = make(Cluster())
+    big = group(*[("big", {"ladder/h100": 2.0})] * 4)
+    start(policy, policy.make_decision_for_non_running_worker_group(), big)
+    entered = PreemptingState(_notice(), time.time())
+    policy.after_controller_state_update(RunningState(), entered)
+    request = json.loads(kv["train/run1/climb"])  # the workers stop at their next checkpoint
+    assert request == {"id": 1, "to": "a100x8", "cancelled": False, "notice": True}
+    assert _waiting(entered)
+    waiting = PreemptingState(entered.preemption_info, entered.detected_at_s)
+    policy.after_controller_state_update(entered, waiting)
+    assert _waiting(waiting)  # not stopped yet: Ray Train waits for the deadline
+    kv["train/run1/parked"] = "1"  # rank 0: every worker waits at a committed checkpoint
+    parked = PreemptingState(waiting.preemption_info, waiting.detected_at_s)
+    policy.after_controller_state_update(waiting, parked)
+    assert not _waiting(parked)  # Ray Train raises PreemptionError at its next poll
+    assert parked.preemption_info.preempted_node_to_ranks == {"big": [0, 1, 2, 3]}
+    error = PreemptionError(parked.preemption_info, drain_timed_out=True)
+    policy.after_controller_state_update(parked, RestartingState(error))
+    assert policy.summary.spans[-1].ended_by == "preempted"
+    decision = policy.make_decision_for_non_running_worker_group()
+    assert decision.resources_per_worker == {"ladder/a100": 2.0}  # big (alive) left out
+    event = policy.summary.events[-1]
+    assert event["reason"].startswith(f"h100x8 {PREEMPTION_NOTICE}: moved at a committed "
+                                      "checkpoint, ")
+    assert "s before the deadline; free: a100x8, a100x4" in event["reason"]
+    assert transition_reason(event) == "preemption_notice"
+    assert "train/run1/climb" not in kv and "train/run1/parked" not in kv
+
+
+def test_ending_the_wait_leaves_room_for_the_runs_preemption_grace(kv: dict[str, str]) -> None:
+    clock = iter(range(10_000))
+    policy = LadderScalingPolicy(SimpleNamespace(num_workers=4),
+                                 PolicySpec(LADDER, None, "run1", preemption_grace_s=30.0),
+                                 nodes=Cluster(), clock=lambda: float(next(clock)))
+    policy._maybe_send_resource_request = lambda: None
+    start(policy, policy.make_decision_for_non_running_worker_group(),
+          group(*[("big", {"ladder/h100": 2.0})] * 4))
+    entered = PreemptingState(_notice(), time.time())
+    policy.after_controller_state_update(RunningState(), entered)
+    kv["train/run1/parked"] = "1"
+    parked = PreemptingState(entered.preemption_info, entered.detected_at_s)
+    policy.after_controller_state_update(entered, parked)
+    assert not _waiting(parked, grace_s=30.0)
+
+
+def test_a_notice_replaces_a_climb_the_workers_have_not_stopped_for(kv: dict[str, str]) -> None:
+    cluster = Cluster()
+    big = cluster.nodes["big"]
+    cluster.kill("big")
+    policy = make(cluster)
+    a100 = group(*[("a1", {"ladder/a100": 2.0})] * 2, *[("a2", {"ladder/a100": 2.0})] * 2)
+    start(policy, policy.make_decision_for_non_running_worker_group(), a100)
+    cluster.nodes["big"] = big
+    policy.make_decision_for_running_worker_group(a100, None)
+    policy.make_decision_for_running_worker_group(a100, None)
+    assert json.loads(kv["train/run1/climb"]) == {"id": 1, "to": "h100x8", "cancelled": False,
+                                                  "notice": False}
+    entered = PreemptingState(_notice(node="a2"), time.time())
+    policy.after_controller_state_update(RunningState(), entered)
+    assert json.loads(kv["train/run1/climb"]) == {"id": 2, "to": "h100x8", "cancelled": False,
+                                                  "notice": True}
+    kv["train/run1/parked"] = "1"  # a stale park (the climb): not the notice's
+    stale = PreemptingState(entered.preemption_info, entered.detected_at_s)
+    policy.after_controller_state_update(entered, stale)
+    assert _waiting(stale)
+    kv["train/run1/parked"] = "2"
+    parked = PreemptingState(stale.preemption_info, stale.detected_at_s)
+    policy.after_controller_state_update(stale, parked)
+    assert not _waiting(parked)
+
+
+def test_workers_stopped_for_a_climb_move_at_once_on_a_notice(kv: dict[str, str]) -> None:
+    cluster = Cluster()
+    big = cluster.nodes["big"]
+    cluster.kill("big")
+    policy = make(cluster)
+    a100 = group(*[("a1", {"ladder/a100": 2.0})] * 2, *[("a2", {"ladder/a100": 2.0})] * 2)
+    start(policy, policy.make_decision_for_non_running_worker_group(), a100)
+    cluster.nodes["big"] = big
+    policy.make_decision_for_running_worker_group(a100, None)
+    policy.make_decision_for_running_worker_group(a100, None)
+    kv["train/run1/parked"] = "1"  # stopped at the climb's checkpoint; the notice came first
+    entered = PreemptingState(_notice(node="a2"), time.time())
+    policy.after_controller_state_update(RunningState(), entered)
+    assert json.loads(kv["train/run1/climb"])["id"] == 1  # kept: they are already there
+    assert not _waiting(entered)
+    policy.after_controller_state_update(entered, RestartingState(
+        PreemptionError(entered.preemption_info, drain_timed_out=True)))
+    decision = policy.make_decision_for_non_running_worker_group()
+    assert decision.resources_per_worker == {"ladder/h100": 2.0}
+
+
+def test_a_run_that_never_stops_at_a_checkpoint_restarts_at_the_deadline(
+        kv: dict[str, str]) -> None:
+    policy = make(Cluster())
+    start(policy, policy.make_decision_for_non_running_worker_group(),
+          group(*[("big", {"ladder/h100": 2.0})] * 4))
+    entered = PreemptingState(_notice(deadline_in_s=0.5), time.time())
+    policy.after_controller_state_update(RunningState(), entered)
+    again = PreemptingState(entered.preemption_info, entered.detected_at_s)
+    policy.after_controller_state_update(entered, again)
+    assert again.preemption_info == entered.preemption_info  # Ray's own deadline, untouched
+    policy.after_controller_state_update(again, RestartingState(
+        PreemptionError(again.preemption_info, drain_timed_out=True)))
+    policy.make_decision_for_non_running_worker_group()
+    event = policy.summary.events[-1]
+    assert event["reason"].startswith(f"h100x8 {PREEMPTION_NOTICE}: restarted at the "
+                                      "drain's deadline; free: a100x8")
+    assert policy.summary.spans[-1].ended_by == "preempted"
