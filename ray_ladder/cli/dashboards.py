@@ -67,6 +67,11 @@ PANELS: tuple[Panel, ...] = (
          f"(rate(ray_ladder_attempt_failures_total{{{SEL}}}[5m]))",
          "{{ladder}} {{part}} {{rung}} {{reason}}"),
     ), unit="ops"),
+    Panel("Hedged requests by the rung that was slow to take them", (
+        (f"sum by (ladder, rung) (rate(ray_ladder_hedges_total{{{SEL}}}[5m]))",
+         "{{ladder}} {{rung}}"),
+    ), unit="ops", description="Copies sent to the next rung after assign_timeout_s; "
+       "with a preemption notice acted on, a reclaim adds none."),
     Panel("Autoscaler hook: role per rung", (
         (f"max by (ladder, rung, role) (ray_ladder_hook_role{{{SEL}}}) == 1",
          "{{ladder}} {{rung}} {{role}}"),

@@ -191,6 +191,10 @@ class LadderBoard:
         self._inc("ladder_attempt_failures", ladder=ladder, part=self.part, rung=rung,
                     reason=metrics.failure_reason(reason))
 
+    def hedged(self, ladder: str, rung: str) -> None:
+        """One request ``rung`` was slow to take, copied to another rung."""
+        self._inc("ladder_hedges", ladder=ladder, rung=rung)
+
     def call_finished(self, user: str, ladder: Ladder, rung: str | None,
                       attempts: Sequence[Attempt]) -> None:
         """One ``@ladder_task`` call ended on ``rung`` (None: it did not run to an answer)

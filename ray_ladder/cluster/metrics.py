@@ -83,6 +83,9 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("ladder_attempt_failures", "counter", (_L, _P, _R, "reason"),
                "Failed attempts per rung; reason `timeout`, `rung_down`, `unobtainable`, "
                "`busy`, Ray's error class, or `other`", "serve, task"),
+    MetricSpec("ladder_hedges", "counter", (_L, _R),
+               "Requests copied to another rung because no replica of `rung` took them "
+               "within `assign_timeout_s` (a hedge; the first answer wins)", "serve"),
     MetricSpec("ladder_hook_role", "gauge", (_L, _R, "role"),
                "1 for the role the autoscaler hook gives the rung (`serving`, `warming`, "
                "`draining`, `released`, `none`), 0 for the others", "hook"),

@@ -47,6 +47,7 @@ class LadderMetrics:
         self._tags = {"ladder": ladder.name, "part": "serve"}
         self.counts: dict[str, Any] = {
             "requests": Counter(), "transitions": Counter(), "alerts": 0,
+            "hedges": Counter(), "resent": Counter(),
             "current_rung": -1, "degraded_seconds": 0.0,
         }
         self._exported: Counter[str] = Counter()
@@ -70,6 +71,15 @@ class LadderMetrics:
     def request(self, rung: str) -> None:
         """One answer (or 503) from ``rung`` (exported at the next :meth:`decision`)."""
         self.counts["requests"][rung] += 1
+
+    def hedged(self, rung: str) -> None:
+        """A request ``rung`` was slow to take was copied to another rung (a hedge)."""
+        self.counts["hedges"][rung] += 1
+        self.board.hedged(self.ladder.name, rung)
+
+    def resent(self, rung: str) -> None:
+        """A request ``rung`` failed goes to another rung (or, with none left, fails)."""
+        self.counts["resent"][rung] += 1
 
     def flush(self) -> None:
         """Export the request counts gathered since the last flush (one ``inc`` per rung
@@ -121,6 +131,8 @@ class LadderMetrics:
             "requests": dict(self.counts["requests"]),
             "transitions": dict(self.counts["transitions"]),
             "alerts": self.counts["alerts"],
+            "hedges": dict(self.counts["hedges"]),
+            "resent": dict(self.counts["resent"]),
             "current_rung": self.counts["current_rung"],
             "degraded_seconds": round(self.counts["degraded_seconds"], 3),
         }

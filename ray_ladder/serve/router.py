@@ -13,14 +13,16 @@ from ray_ladder.cluster.capacity import CapacityView
 from ray_ladder.cluster.event_log import show_events_on_stderr
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.exceptions import Attempt, LadderExhaustedError
+from ray_ladder.core.placement import standby_replicas
 from ray_ladder.core.selector import Selector
 from ray_ladder.core.spec import Ladder
 from ray_ladder.serve import http, json_route
 from ray_ladder.serve.bindings import Bindings
 from ray_ladder.serve.cache import AnswerCache, payload_key
-from ray_ladder.serve.calls import Pending, RungCaller
+from ray_ladder.serve.calls import RungCaller
 from ray_ladder.serve.core import RouterState
 from ray_ladder.serve.errors import RungFailed
+from ray_ladder.serve.hedge import Hedging
 from ray_ladder.serve.llm import routes as openai_routes
 from ray_ladder.serve.llm.routes import route_of
 from ray_ladder.serve.metrics import LadderMetrics
@@ -31,7 +33,7 @@ from ray_ladder.serve.scaling import publish_primes
 logger = logging.getLogger("ray_ladder.serve")
 
 
-class LadderRouter:
+class LadderRouter(Hedging):
     """Ingress deployment of a ladder app: HTTP ``POST /``, ``GET /-/ladder`` and ``predict``.
 
     For each request it takes the rung the shared :class:`~ray_ladder.Selector` picked
@@ -190,7 +192,10 @@ class LadderRouter:
                 self._spawn(self._ping(rung, max(1.0, 4 * self._caller.assign_timeout_s)))
         idle = self._state.held_everywhere(time.time())  # pings would keep them busy
         for rung, ok in obtainable.items():
+            # Only rungs kept warm: a cold rung's replica goes once unused, and a ping to
+            # one the counts still show (they lag) would start a new one.
             if (ok and rung not in idle and self._state.is_warm(rung)
+                    and standby_replicas(self.ladder, self.ladder.rung(rung)) > 0
                     and rung not in self._pinging
                     and not self._caller.alive_within(rung, policy.probe_interval_s)):
                 self._pinging.add(rung)
@@ -239,6 +244,7 @@ class LadderRouter:
                 try:
                     value, by = await self._race(name, payload, selector, attempts, tried)
                 except RungFailed:  # every rung raced failed and is marked down
+                    self._metrics.resent(name)
                     continue
                 if self._cache is not None:
                     self._cache.put(key, constraints, value, self.ladder.rung(by), time.time())
@@ -273,66 +279,6 @@ class LadderRouter:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._probed), timeout=left)
         return True
-
-    def _start(self, rung: str, payload: Any, selector: Selector) -> Pending:
-        return self._caller.start(
-            rung, payload, warm=self._state.is_warm(rung),
-            elsewhere=lambda: self._state.has_other_compute(selector, rung))
-
-    async def _race(self, name: str, payload: Any, selector: Selector,
-                    attempts: list[Attempt], tried: set[str]) -> tuple[Any, str]:
-        """Answer from ``name``, or from the rung a copy went to when ``name`` was slow
-        to take the request (a hedge: the ladder does not move for it)."""
-        loop = asyncio.get_running_loop()
-        primary = self._start(name, payload, selector)
-        racing = [primary]
-        hedge_at = loop.time() + self._caller.assign_timeout_s
-        hedged = False
-        try:
-            while racing:
-                waits: set[asyncio.Future[Any]] = {p.task for p in racing}
-                timeout = None
-                if not hedged and primary in racing and not primary.assigned.done():
-                    waits.add(primary.assigned)
-                    timeout = max(0.0, hedge_at - loop.time())
-                done, _ = await asyncio.wait(waits, timeout=timeout,
-                                             return_when=asyncio.FIRST_COMPLETED)
-                for pending in [p for p in racing if p.task in done]:
-                    racing.remove(pending)
-                    try:
-                        return pending.task.result(), pending.rung
-                    except RungFailed as failed:
-                        attempts.append(Attempt(pending.rung, failed.reason, time.time()))
-                        self._failed(pending.rung, failed.reason)
-                if not done and not hedged and primary in racing:
-                    if self._caller.alive_within(name, self._caller.assign_timeout_s):
-                        # The rung takes or answers others: it is busy, not gone; a
-                        # copy would only add load. Look again after another window.
-                        hedge_at = loop.time() + self._caller.assign_timeout_s
-                        continue
-                    hedged = True
-                    target = self._state.hedge_target(selector, tried)
-                    if target is not None:
-                        tried.add(target)
-                        racing.append(self._start(target, payload, selector))
-            raise RungFailed("every rung tried failed")
-        finally:
-            for pending in racing:
-                if pending is primary and not primary.assigned.done():
-                    self._spawn(self._settle(primary))  # its fate tells whether it is gone
-                else:
-                    pending.cancel()
-
-    async def _settle(self, pending: Pending) -> None:
-        """Follow a request we no longer need until it is taken (cancel it: the rung is
-        alive) or fails (the rung is gone)."""
-        await asyncio.wait((pending.task, pending.assigned),
-                           return_when=asyncio.FIRST_COMPLETED)
-        pending.cancel()
-        if pending.task.done() and not pending.task.cancelled():
-            error = pending.task.exception()
-            if isinstance(error, RungFailed):
-                self._failed(pending.rung, error.reason)
 
     async def predict(self, payload: Any, jurisdiction: str | None = None,
                       max_cost_per_hour: float | None = None, min_quality: float | None = None,
