@@ -282,6 +282,12 @@ def _serve_running(deployment: str) -> int:
                if getattr(state, "value", state) == "RUNNING")
 
 
+def _serve_replicas(deployment: str) -> int:
+    """Replicas of ``deployment`` in any state (starting, running, stopping)."""
+    return sum(serve.status().applications["it"].deployments[deployment]
+               .replica_states.values())
+
+
 def test_cold_rung_takes_the_fall_and_scales_to_zero_once_unused(healthy):
     app = healthy
     app.ensure("l4")
@@ -305,7 +311,15 @@ def test_cold_rung_takes_the_fall_and_scales_to_zero_once_unused(healthy):
         app.ensure("h100")
         wait_until(lambda: app.post({"back": 1}).headers["x-ladder-rung"] == "h100", SLOW,
                    0.2, "answers from h100 again")
-        wait_until(lambda: _serve_running("l4") == 0, SLOW, 0.5, "l4 scaled to zero")
+        wait_until(lambda: _serve_replicas("l4") == 0, SLOW, 0.2, "l4 scaled to zero")
+        # ... and stays there while h100 serves: nothing the router sends wakes it (its
+        # replica counts lag up to replica_counts_max_age_s; a keep-warm ping of a rung
+        # it still counted as running used to start a new l4 replica).
+        with Load(app, rate=10):
+            watched_until = time.monotonic() + 7.0
+            while time.monotonic() < watched_until:
+                assert _serve_replicas("l4") == 0, "the unused cold rung woke up"
+                time.sleep(0.2)  # a watch over a window: nothing to wait for
     finally:
         app.kill("l4")  # later tests expect no l4 node
 
