@@ -183,7 +183,8 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         return dict(selector) or None
 
     def after_controller_state_update(self, previous_state: Any, current_state: Any) -> None:
-        """Keep the history: a span per worker group, closed with the reason it ended."""
+        """Keep the history (a span per worker group, closed with the reason it ended) and
+        act on a preemption notice while Ray Train waits it out (``PreemptingState``)."""
         name, error, following = ray_train.train_state(current_state)
         before = ray_train.train_state(previous_state)[0]
         wall = self._wall()
@@ -193,7 +194,11 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
             spans.append(TrainSpan(self.placed, wall, None, None, gang_size(rung),
                                    tuple(self.rank_nodes), rung.cost_per_hour))
         elif name == "PREEMPTING":
-            self._preempting(current_state, entered=before != "PREEMPTING")
+            try:
+                self._preempting(current_state, entered=before != "PREEMPTING")
+            except Exception as err:  # never break Ray's own wait for the deadline
+                logger.warning("ladder %s: could not act on the preemption notice (%s); "
+                               "Ray Train restarts at the deadline", self.spec.ladder.name, err)
             return
         elif name == "RESTARTING":
             why = self._failed(error)
@@ -201,6 +206,8 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
             self._why_next = f"{self.placed} {why}"
             if getattr(error, "preemption_info", None) is not None:
                 self._why_next = f"{self.placed} {self._notice_reason()}"
+            elif why == "preempted":  # killed at a drain's deadline Ray Train never saw
+                self._why_next = f"{self.placed} preempted: node lost, its notice unseen"
         elif name == "RESCHEDULING":
             self._why_next = f"{self.placed} could not be scheduled"
         elif name == "RESIZING":

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from ray.exceptions import ActorDiedError
+from ray.exceptions import ActorDiedError, RayActorError
 from ray.train.v2._internal.execution.controller.controller import TrainController
 from ray.train.v2._internal.execution.controller.state import (
     FinishedState,
@@ -354,3 +354,18 @@ def test_a_run_that_never_stops_at_a_checkpoint_restarts_at_the_deadline(
     assert event["reason"].startswith(f"h100x8 {PREEMPTION_NOTICE}: restarted at the "
                                       "drain's deadline; free: a100x8")
     assert policy.summary.spans[-1].ended_by == "preempted"
+
+
+def test_a_preempted_death_without_a_notice_seen_is_a_loss(kv: dict[str, str]) -> None:
+    # The node was drained and killed at its deadline before Ray Train's watcher polled.
+    policy = make(Cluster())
+    start(policy, policy.make_decision_for_non_running_worker_group(),
+          group(*[("big", {"ladder/h100": 2.0})] * 4))
+    dead = RayActorError(error_msg="preempted", preempted=True)
+    error = WorkerGroupError("lost", {r: dead for r in range(4)})
+    policy.after_controller_state_update(RunningState(), RestartingState(error))
+    assert policy.summary.spans[-1].ended_by == "preempted"
+    policy.make_decision_for_non_running_worker_group()
+    event = policy.summary.events[-1]
+    assert event["reason"].startswith("h100x8 preempted: node lost, its notice unseen")
+    assert transition_reason(event) == "lost"
