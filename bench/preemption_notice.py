@@ -13,7 +13,10 @@ another). On it, at once:
 
 Phase 1 SIGKILLs the h100 node with no notice (while a task attempt runs there); a new h100
 node joins and everything climbs back; phase 2 drains it through Ray's own drain API
-(``DRAIN_NODE_REASON_PREEMPTION``, deadline 10 s) and SIGKILLs it at the deadline. Prints
+(``DRAIN_NODE_REASON_PREEMPTION``, deadline 10 s) and SIGKILLs it at the deadline. Hedged
+requests are the routers' own counts (``GET /-/ladder``: copies after ``assign_timeout_s``
+and re-sends after a failure); requests merely as slow as a hedge's wait are counted apart
+(``*_over_hedge_wait_requests``). Prints
 ONE JSON object on stdout (progress on stderr). Run: ``python bench/preemption_notice.py``.
 """
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -146,7 +150,24 @@ def p99(values: list[float]) -> float:
     return s[min(len(s) - 1, int(0.99 * len(s)))] if s else 0.0
 
 
-def serve_figures(load: Load, t0: float) -> dict:
+def router_state(url: str) -> dict:
+    """The app's router state (``GET /-/ladder``; reading it resets ``max_loop_lag_s``)."""
+    import httpx
+
+    return httpx.get(url + "-/ladder", timeout=30).json()
+
+
+def resends(url: str) -> int:
+    """Requests the app's router copied to another rung (a hedge: no replica of their rung
+    took them within ``assign_timeout_s``) or sent again after their rung failed them,
+    so far (its ``GET /-/ladder`` counts)."""
+    import httpx
+
+    counts = httpx.get(url + "-/ladder", timeout=30).json()["metrics"]
+    return sum(counts["hedges"].values()) + sum(counts["resent"].values())
+
+
+def serve_figures(load: Load, t0: float, resent: int) -> dict:
     # Baseline: answered before the notice (or kill); after: still open at it, or later.
     base = [lat for t, lat, _ in load.rows[20:] if t + lat < t0]
     after = [lat for t, lat, _ in load.rows if t + lat >= t0]
@@ -156,9 +177,38 @@ def serve_figures(load: Load, t0: float) -> dict:
             "requests": len(load.rows),
             "failed_requests": sum(1 for *_, r in load.rows if r.startswith("error")),
             "slow_requests": len(slow),
-            "hedged_requests": sum(1 for x in after if x > HEDGE_S),
+            # Counted by the router: requests that paid a hedge or a re-send.
+            "hedged_requests": resent,
+            # Requests as slow as a hedge's wait, whatever made them slow (on 2 cores,
+            # replicas and the trial starting beside them can).
+            "over_hedge_wait_requests": sum(1 for x in after if x > HEDGE_S),
             # (sent at, from the notice or the kill; latency; rung) of each slow request
             "slow": [(round(t - t0, 2), round(lat, 3), r) for t, lat, r in slow]}
+
+
+def serve_replica_start(logs: Path, app: str, deployment: str, after: float) -> dict:
+    """When Serve's controller started the first replica of ``deployment`` after ``after``
+    (wall time) and when it reported it ready: its own log lines ("Starting Replica(...)"
+    and "... started successfully ... after X s", the figure Serve gives for a replica
+    start), so the bench's own polling takes no CPU from what it measures."""
+    stamp = re.compile(r"^\w+ (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) controller ")
+    who = f"deployment='{deployment}', app='{app}')"
+    started: dict[str, float] = {}
+    for path in sorted((logs / "serve").glob("controller_*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            m = stamp.match(line)
+            if m is None or who not in line:
+                continue
+            at = time.mktime(time.strptime(m.group(1)[:19], "%Y-%m-%d %H:%M:%S")) + int(
+                m.group(1)[20:]) / 1000.0
+            rid = re.search(r"Replica\(id='([^']+)'", line)
+            if rid is None or at < after:
+                continue
+            if "Starting Replica(" in line:
+                started.setdefault(rid.group(1), at)
+            elif "started successfully" in line and rid.group(1) in started:
+                return {"asked": started[rid.group(1)], "ready": at}
+    return {}
 
 
 def running(app: str, deployment: str) -> int:
@@ -176,17 +226,11 @@ def replicas(app: str, deployment: str) -> int:
     return sum(states.values())
 
 
-def starting(app: str, deployment: str) -> int:
-    from ray import serve
-
-    states = serve.status().applications[app].deployments[deployment].replica_states
-    return sum(n for s, n in states.items() if getattr(s, "value", s) == "STARTING")
-
-
 class Bench:
     def __init__(self, cluster, urls, work, starts, step_log: Path) -> None:
         self.cluster, self.urls, self.work, self.starts = cluster, urls, work, starts
         self.step_log = step_log
+        self.logs = Path(cluster.head.logs_dir)  # Serve's controller logs
         self.refs: dict[str, object] = {}
         self._stop_tasks = threading.Event()
         self._submitter: threading.Thread | None = None
@@ -237,6 +281,9 @@ class Bench:
         node = self.cluster.nodes("h100")[0]
         a100 = self.cluster.nodes("a100")[0].node_id
         self.healthy()
+        resent_before = {name: resends(url) for name, url in self.urls.items()}
+        for url in self.urls.values():
+            router_state(url)  # the loop lag below is the phase's own
         loads = {name: Load(url, threads=1).start() for name, url in self.urls.items()}
         self.submit(tag)
         # The baseline: 70 requests per app, the first 20 left out (connections, warm-up).
@@ -245,17 +292,13 @@ class Bench:
         # A hedge (a request h100 was slow to take, copied to a100) may have woken it.
         cold_at_notice = replicas("cold", "a100") == 0
         t0, wall0 = time.monotonic(), time.time()
-        cold_asked = cold_running = None
         if notice:
             accepted, why = ray_private.drain_node(self.cluster.address, node.node_id,
                                                    DEADLINE_S)
             assert accepted, why
-            while time.monotonic() < t0 + DEADLINE_S:  # the grace period, watched
-                if cold_asked is None and starting("cold", "a100") + running("cold", "a100"):
-                    cold_asked = time.monotonic()
-                if cold_running is None and running("cold", "a100"):
-                    cold_running = time.monotonic()
-                time.sleep(0.1)
+            log(f"notice sent at wall {wall0:.3f}")
+            wait_until(lambda: time.monotonic() >= t0 + DEADLINE_S, DEADLINE_S + 1, 0.05,
+                       "the deadline")
         else:  # no notice: kill while a task runs there (a 0.3 s attempt started just now)
             wait_until(lambda: any(n == node.node_id and time.time() - t < 0.1
                                    for _, n, t in self.started()), 30, 0.02,
@@ -272,6 +315,10 @@ class Bench:
         self.stop_tasks()
         for x in loads.values():
             x.stop()
+        resent = {name: resends(url) - resent_before[name] for name, url in self.urls.items()}
+        # How late each router's event loop woke up at worst during the phase (a probe
+        # that comes late moves traffic late).
+        lags = {name: router_state(url)["max_loop_lag_s"] for name, url in self.urls.items()}
         keys = [k for k in self.refs if k.startswith(tag + "-")]
         _, unfinished = ray.wait([self.refs[k] for k in keys], num_returns=len(keys),
                                  timeout=30)
@@ -284,8 +331,8 @@ class Bench:
         last_top = max(e["step"] for e in entries
                        if e["rung"] == "h100" and e["time"] < first_low["time"])
         out = {
-            "serve_warm": serve_figures(loads["warm"], t0),
-            "serve_cold": serve_figures(loads["cold"], t0),
+            "serve_warm": serve_figures(loads["warm"], t0, resent["warm"]),
+            "serve_cold": serve_figures(loads["cold"], t0, resent["cold"]),
             "tasks": len(keys),
             "tasks_lost_30s_after_load": len(unfinished),
             "tasks_rerun": sum(1 for k in keys if runs.get(k, 0) > 1),
@@ -296,14 +343,23 @@ class Bench:
             "tune_resumed_before_kill": first_low["time"] < wall_kill,
         }
         out["cold_a100_cold_at_notice"] = cold_at_notice
+        out["router_max_loop_lag_s"] = lags
         if notice:
             moved = {n: x.first("a100", t0) for n, x in loads.items()}
             out["notice_to_traffic_moved_warm_s"] = round(moved["warm"] - t0, 3)
             out["notice_to_traffic_moved_cold_s"] = round(moved["cold"] - t0, 3)
-            out["cold_a100_asked_s"] = round(cold_asked - t0, 3) if cold_asked else None
-            out["cold_a100_running_s"] = round(cold_running - t0, 3) if cold_running else None
-            if cold_asked and cold_running:
-                out["cold_a100_replica_start_s"] = round(cold_running - cold_asked, 3)
+            # When the cold app's router primed a100 (its wall time in Ray's KV): the
+            # router's share of the delay; the rest is Serve's controller and the start.
+            primes = ray_private.kv_get("serve/prime/cold", namespace="ray_ladder")
+            primed = json.loads(primes).get("a100") if primes else None
+            out["cold_a100_primed_s"] = (round(primed - wall0, 3)
+                                         if primed and primed > wall0 else None)
+            seen = serve_replica_start(self.logs, "cold", "a100", wall0)
+            for what in ("asked", "ready"):
+                out[f"cold_a100_{what}_s"] = (round(seen[what] - wall0, 3) if seen
+                                              else None)
+            if seen:  # Serve's own figure: replica created to replica ready
+                out["cold_a100_replica_start_s"] = round(seen["ready"] - seen["asked"], 3)
         return out
 
 
@@ -347,7 +403,9 @@ def main() -> None:
 
         quiet = {"log_level": "WARNING", "enable_access_log": False}
         port = free_port()
-        serve.start(proxy_location="HeadOnly", logging_config=quiet,
+        # The controller logs at INFO: its replica start lines are the cold case's figure.
+        serve.start(proxy_location="HeadOnly",
+                    logging_config={"log_level": "INFO", "enable_access_log": False},
                     http_options={"host": "127.0.0.1", "port": port})
         serve.run(build_app(WARM, {"h100": Model, "a100": Model},
                             deployment_options={"h100": QUICK, "a100": QUICK}),
@@ -386,9 +444,13 @@ def main() -> None:
             "noticed_hedged_requests": warm["hedged_requests"],
             "unnoticed_hedged_requests": unnoticed["serve_warm"]["hedged_requests"],
             "noticed_slow_requests": warm["slow_requests"],
+            "noticed_over_hedge_wait_requests": warm["over_hedge_wait_requests"],
+            "unnoticed_over_hedge_wait_requests": unnoticed["serve_warm"][
+                "over_hedge_wait_requests"],
             "noticed_cold_max_latency_s": cold["max_latency_s"],
             "unnoticed_cold_max_latency_s": unnoticed["serve_cold"]["max_latency_s"],
             "noticed_cold_hedged_requests": cold["hedged_requests"],
+            "unnoticed_cold_hedged_requests": unnoticed["serve_cold"]["hedged_requests"],
             "noticed_cold_failed_requests": cold["failed_requests"],
             "noticed_tasks_rerun": noticed["tasks_rerun"],
             "unnoticed_tasks_rerun": unnoticed["tasks_rerun"],
@@ -405,8 +467,11 @@ def main() -> None:
             "cold_case_measured": cold_case if cold_case else (
                 "no: a hedge had woken the cold app's a100 replica before the notice"),
             "cold_next_rung_replica_start_s": start_s,
+            "cold_next_rung_replica_start_source": "Serve controller's log: Starting Replica "
+                                                   "-> started successfully",
             "goals": {
-                "noticed_hedged_requests_0": warm["hedged_requests"] == 0,
+                "noticed_hedged_requests_0": warm["hedged_requests"] + cold["hedged_requests"]
+                == 0,
                 "noticed_tasks_rerun_0": noticed["tasks_rerun"] == 0,
                 "noticed_tune_steps_lost_0": noticed["tune_steps_lost"] == 0,
                 "moved_warm_le_0.5s": noticed["notice_to_traffic_moved_warm_s"] <= 0.5,

@@ -74,6 +74,11 @@ class NodeHandle:
     _node: Any = field(repr=False)
     alive: bool = True
 
+    @property
+    def logs_dir(self) -> str:
+        """Where this node's Ray processes write their logs (Serve's under ``serve/``)."""
+        return str(self._node.get_logs_dir_path())
+
 
 def node_type_for_rung(rung: Rung, num_cpus: float = 1) -> NodeType | None:
     """The node type that makes ``rung`` obtainable, or None when the head already does.
