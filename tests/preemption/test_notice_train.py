@@ -184,3 +184,43 @@ def test_a_run_on_plain_ray_train_report_restarts_at_the_deadline(
     assert summary.spans[0].ended_by == "preempted"
     assert summary.events[1]["reason"].startswith(
         f"h100x2 {PREEMPTION_NOTICE}: restarted at the drain's deadline")
+
+
+def main() -> None:
+    """The figures of docs/train.md's notice table, the same drain for each row: lt.report
+    vs ray.train.report, watcher poll 0.5 s vs Ray's default (5 s). Prints JSON rows.
+
+    Run from the repository root: ``python -m tests.preemption.test_notice_train``.
+    """
+    import tempfile
+
+    from ray_ladder.testing import LocalCluster
+
+    rows = []
+    with LocalCluster(NODES, log_to_driver=False, include_dashboard=True) as cluster:
+        for poll in ("0.5", None):
+            for ladder_report in (True, False):
+                if poll is None:
+                    os.environ.pop("RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S", None)
+                else:
+                    os.environ["RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S"] = poll
+                with tempfile.TemporaryDirectory() as d:
+                    run = _drain_and_kill(cluster, Path(d), ladder_report=ladder_report,
+                                          max_failures=3)
+                seen = next(e["time"] for e in run.entries if e["rung"] == "h100x2"
+                            and e["step"] == run.first["resumed_from"])
+                rows.append({
+                    "report": "lt.report" if ladder_report else "ray.train.report",
+                    "watcher_poll_s": poll or "default (5)",
+                    "notice_checkpoint_s": round(seen - run.notice_at, 2),
+                    "restart_decided_s": round(run.result.ladder.events[1]["time"]
+                                               - run.notice_at, 2),
+                    "first_step_next_rung_s": round(run.first["time"] - run.notice_at, 2),
+                    "before_kill": run.first["time"] < run.killed_at,
+                    "steps_lost": run.lost,
+                    "reason": run.result.ladder.events[1]["reason"]})
+    print(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
