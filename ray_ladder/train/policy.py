@@ -267,7 +267,7 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         if not self.notice_ended:
             return f"{PREEMPTION_NOTICE}: restarted at the drain's deadline"
         due = ("no deadline" if self.notice_deadline is None else
-               f"{max(0.0, self.notice_deadline - time.time()):.1f} s before the deadline")
+               f"{max(0.0, self.notice_deadline - self._wall()):.1f} s before the deadline")
         return f"{PREEMPTION_NOTICE}: moved at a committed checkpoint, {due}"
 
     def _resize(self, rung_name: str) -> Any:
