@@ -107,7 +107,8 @@ class Rung(BaseModel):
     label_selector: dict[str, str] = Field(
         default_factory=dict, description="Ray node label selector, e.g. {'ladder.rung': 'h100'}."
     )
-    quality: float = Field(1.0, ge=0, le=1, description="Answer quality in 0..1.")
+    quality: float = Field(1.0, ge=0, le=1, description="Answer quality in 0..1 "
+                           "(default 1; 0 for a shed rung).")
     cost_per_hour: float = Field(0.0, ge=0, description="Cost of one placement per hour.")
     tags: dict[str, str] = Field(
         default_factory=dict,
@@ -152,6 +153,15 @@ class Rung(BaseModel):
         if self.label_selector:
             out["label_selector"] = dict(self.label_selector)
         return out
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shed_quality_is_zero(cls, data: Any) -> Any:
+        # A shed rung answers "try later": quality 0 unless set (1.0 would fail the
+        # "quality must not increase going down" rule under any rung below 1).
+        if isinstance(data, dict) and data.get("kind") == "shed" and "quality" not in data:
+            return {**data, "quality": 0.0}
+        return data
 
     @model_validator(mode="after")
     def _check_kind_fields(self) -> Rung:

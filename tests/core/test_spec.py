@@ -201,6 +201,24 @@ def test_cache_and_shed_allowed_at_the_bottom(tail: list[str]) -> None:
     assert [r.kind for r in ladder.rungs] == ["compute", "compute", *tail]
 
 
+def test_a_shed_rung_without_a_quality_is_quality_0_below_lower_rungs() -> None:
+    # The natural way to write it: no quality. A default of 1 would break the
+    # "quality must not increase going down" rule under any rung below quality 1.
+    ladder = Ladder.from_yaml("""
+name: x
+rungs:
+  - {name: h100, resources: {ladder/h100: 1}}
+  - {name: cpu, num_cpus: 1, quality: 0.3}
+  - {name: shed, kind: shed}
+""")
+    assert [r.quality for r in ladder.rungs] == [1.0, 0.3, 0.0]
+    assert Ladder.from_json(ladder.model_dump_json()).rungs[-1].quality == 0.0
+    # A quality given is kept (0.3 here: still not above the rung before it).
+    rungs = [*ladder.model_dump(exclude_defaults=True)["rungs"][:2],
+             {"name": "shed", "kind": "shed", "quality": 0.3}]
+    assert Ladder.from_dict({"name": "x", "rungs": rungs}).rungs[-1].quality == 0.3
+
+
 def test_equal_quality_going_down_is_allowed() -> None:
     ladder = Ladder.from_dict({"name": "x", "rungs": [
         {"name": "h100", "resources": {"ladder/h100": 1}, "quality": 0.9},
