@@ -173,6 +173,16 @@ class Traffic:
             t.join(timeout=90)
 
 
+def _replica_pid(class_name: str) -> int:
+    """The process of the one ALIVE actor of ``class_name`` (Ray's state API)."""
+    from ray.util.state import list_actors
+
+    (actor,) = wait_until(lambda: list_actors(filters=[("class_name", "=", class_name),
+                                                       ("state", "=", "ALIVE")]) or None,
+                          SLOW, 0.2, f"the {class_name} actor")
+    return int(actor.pid)
+
+
 @pytest.fixture(scope="module")
 def run(local_cluster, tmp_path_factory) -> Iterator[dict[str, Any]]:
     """The scripted run: on h100, fall to a100, lose a100 too (cache and shed, the task
@@ -213,6 +223,17 @@ def run(local_cluster, tmp_path_factory) -> Iterator[dict[str, Any]]:
         before = float(wait_until(lambda: prom.query(promoted), SLOW, 0.5,
                                   "the start-up climbs scraped")[0]["value"][1])
 
+        # A stalled h100 replica (SIGSTOP: a hung process, a long GC pause) takes no
+        # request: the router hedges them to a100 (ray_ladder_hedges_total) until it runs
+        # again. A SIGKILL alone may fail requests fast (re-sent, not hedged).
+        stalled = _replica_pid("ServeReplica:web:h100")
+        os.kill(stalled, signal.SIGSTOP)
+        try:
+            wait_until(lambda: router()["metrics"]["hedges"].get("h100", 0) >= 1, SLOW, 0.1,
+                       "a request the stalled h100 replica did not take, hedged")
+        finally:
+            os.kill(stalled, signal.SIGCONT)
+        wait_until(lambda: router()["current"] == "h100", SLOW, 0.2, "still on h100")
         cluster.remove_node(cluster.nodes("h100")[0])  # SIGKILL: a preemption
         fall = time.time()
         wait_until(lambda: router()["current"] == "a100"
