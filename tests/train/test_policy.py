@@ -290,7 +290,8 @@ def test_ending_the_wait_leaves_room_for_the_runs_preemption_grace(kv: dict[str,
     assert not _waiting(parked, grace_s=30.0)
 
 
-def test_a_notice_replaces_a_climb_the_workers_have_not_stopped_for(kv: dict[str, str]) -> None:
+def _asking_to_climb() -> LadderScalingPolicy:
+    """A run on a100x8 whose policy asks (request 1) to climb to the returned h100x8."""
     cluster = Cluster()
     big = cluster.nodes["big"]
     cluster.kill("big")
@@ -300,6 +301,11 @@ def test_a_notice_replaces_a_climb_the_workers_have_not_stopped_for(kv: dict[str
     cluster.nodes["big"] = big
     policy.make_decision_for_running_worker_group(a100, None)
     policy.make_decision_for_running_worker_group(a100, None)
+    return policy
+
+
+def test_a_notice_replaces_a_climb_the_workers_have_not_stopped_for(kv: dict[str, str]) -> None:
+    policy = _asking_to_climb()
     assert json.loads(kv["train/run1/climb"]) == {"id": 1, "to": "h100x8", "cancelled": False,
                                                   "notice": False}
     entered = PreemptingState(_notice(node="a2"), time.time())
@@ -317,15 +323,7 @@ def test_a_notice_replaces_a_climb_the_workers_have_not_stopped_for(kv: dict[str
 
 
 def test_workers_stopped_for_a_climb_move_at_once_on_a_notice(kv: dict[str, str]) -> None:
-    cluster = Cluster()
-    big = cluster.nodes["big"]
-    cluster.kill("big")
-    policy = make(cluster)
-    a100 = group(*[("a1", {"ladder/a100": 2.0})] * 2, *[("a2", {"ladder/a100": 2.0})] * 2)
-    start(policy, policy.make_decision_for_non_running_worker_group(), a100)
-    cluster.nodes["big"] = big
-    policy.make_decision_for_running_worker_group(a100, None)
-    policy.make_decision_for_running_worker_group(a100, None)
+    policy = _asking_to_climb()
     kv["train/run1/parked"] = "1"  # stopped at the climb's checkpoint; the notice came first
     entered = PreemptingState(_notice(node="a2"), time.time())
     policy.after_controller_state_update(RunningState(), entered)
