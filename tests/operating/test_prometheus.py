@@ -223,6 +223,12 @@ def run(local_cluster, tmp_path_factory) -> Iterator[dict[str, Any]]:
         before = float(wait_until(lambda: prom.query(promoted), SLOW, 0.5,
                                   "the start-up climbs scraped")[0]["value"][1])
 
+        # The series the tests read back holds the ladder on h100 since `start` (its
+        # samples lag the router by a report and a scrape interval).
+        on_h100 = 'max(ray_ladder_current_rung{ladder="prom-web",part="serve"})'
+        wait_until(lambda: any(int(float(v)) == 0 for series in prom.query_range(
+            on_h100, start, time.time()) for _, v in series["values"]), SLOW, 0.5,
+            "Prometheus holds a sample of the ladder on h100 since the start")
         # A stalled h100 replica (SIGSTOP: a hung process, a long GC pause) takes no
         # request: the router hedges them to a100 (ray_ladder_hedges_total) until it runs
         # again. A SIGKILL alone may fail requests fast (re-sent, not hedged).
