@@ -14,6 +14,15 @@ Direction = Literal["down", "up"]
 #: ``probe`` (asking again after a backoff), ``node-joined``, ``node-lost``.
 EventKind = Literal["transition", "alert", "call", "requested", "released", "stockout",
                     "probe", "node-joined", "node-lost"]
+#: Why a ladder moved, as data (the ``reason`` sentence is for humans; metrics read this):
+#: ``first`` the first pick, ``lost`` the rung became unobtainable or failed,
+#: ``preemption_notice`` its nodes drain, ``exhausted`` nothing eligible is left,
+#: ``returned`` a rung came back after exhaustion, ``promoted`` a climb after hysteresis,
+#: ``other`` anything else (the hook's own steps).
+TransitionCause = Literal["first", "lost", "preemption_notice", "exhausted", "returned",
+                          "promoted", "other"]
+TRANSITION_CAUSES: tuple[str, ...] = ("first", "lost", "preemption_notice", "exhausted",
+                                      "returned", "promoted", "other")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +37,7 @@ class TransitionEvent:
         direction: ``"down"`` or ``"up"``.
         reason: A human sentence.
         kind: One of :data:`EventKind`.
+        cause: One of :data:`TransitionCause`, set where ``reason`` is written.
 
     Example:
         >>> event = TransitionEvent(12.0, "gpu", "h100", "a100", "down", "h100 lost")
@@ -42,13 +52,15 @@ class TransitionEvent:
     direction: Direction | None
     reason: str
     kind: EventKind = "transition"
+    cause: TransitionCause = "other"
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready dict with ``from`` / ``to`` keys."""
         d = asdict(self)
         d["from"] = d.pop("from_rung")
         d["to"] = d.pop("to_rung")
-        return {k: d[k] for k in ("time", "ladder", "from", "to", "direction", "reason", "kind")}
+        return {k: d[k] for k in ("time", "ladder", "from", "to", "direction", "reason", "kind",
+                                 "cause")}
 
     def to_json(self) -> str:
         """One JSON line (no newline)."""

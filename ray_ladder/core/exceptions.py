@@ -18,6 +18,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
+
+#: Why an attempt did not answer, as data: ``timeout`` no replica took it in time,
+#: ``rung_down`` the rung was marked down or went away under it, ``unobtainable`` the
+#: rung could not be had, ``busy`` the ladder moved the work off a busy rung, ``failed``
+#: an error (its class in ``Attempt.error``), ``shed`` the shed rung answered,
+#: ``cache_miss`` the cache rung had no fresh answer, ``not_used`` the rung was skipped
+#: (constraints, no text generation), ``no_rung`` nothing eligible was obtainable,
+#: ``other`` anything else.
+AttemptCause = Literal["timeout", "rung_down", "unobtainable", "busy", "failed", "shed",
+                       "cache_miss", "not_used", "no_rung", "other"]
+ATTEMPT_CAUSES: tuple[str, ...] = ("timeout", "rung_down", "unobtainable", "busy", "failed",
+                                   "shed", "cache_miss", "not_used", "no_rung", "other")
 
 
 class LadderError(Exception):
@@ -100,17 +113,26 @@ class Attempt:
 
     Attributes:
         rung: Rung name (``None`` when no rung could even be chosen).
-        reason: Why this attempt did not produce the answer.
+        reason: Why this attempt did not produce the answer (a sentence, for humans).
         time: Wall-clock time (``time.time()``) of the attempt.
+        cause: Why, as data: one of :data:`AttemptCause`, set where ``reason`` is
+            written (metrics, 503 codes and reports read it, never ``reason``).
+        error: The error class name when an error failed the attempt (``NodeDiedError``).
     """
 
     rung: str | None
     reason: str
     time: float = 0.0
+    cause: AttemptCause = "other"
+    error: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         """Return a JSON-ready dict."""
-        return {"rung": self.rung, "reason": self.reason, "time": self.time}
+        out: dict[str, object] = {"rung": self.rung, "reason": self.reason,
+                                  "time": self.time, "cause": self.cause}
+        if self.error is not None:
+            out["error"] = self.error
+        return out
 
 
 @dataclass(eq=False)  # identity equality keeps the exception hashable, like every exception
