@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ray_ladder.core.backoff import Backoff
 from ray_ladder.core.capacity_type import CapacitySpec, gate, usable_at
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.events import EventKind, TransitionEvent
@@ -61,11 +62,15 @@ class AutoscaleOptions(BaseModel):
                              f"({self.retry_initial_s})")
         return self
 
+    @property
+    def backoff(self) -> Backoff:
+        """The stock-out backoff these options describe (``retry_*``)."""
+        return Backoff(self.retry_initial_s, self.retry_max_s, self.retry_multiplier)
+
     def retry_delay_s(self, failures: int) -> float:
-        """Backoff after ``failures`` consecutive refusals (1 -> ``retry_initial_s``)."""
-        exponent = max(failures - 1, 0)
-        return float(min(self.retry_max_s,
-                         self.retry_initial_s * self.retry_multiplier ** exponent))
+        """Backoff after ``failures`` consecutive refusals (1 -> ``retry_initial_s``; any
+        count, however large, waits at most ``retry_max_s`` and never raises)."""
+        return float(self.backoff.delay(failures))
 
 
 @dataclass(frozen=True)
@@ -149,7 +154,8 @@ class AutoscalePlanner:
     * A refusal recorded for a requested rung's node type after it was requested (or no
       node within ``provision_timeout_s``) marks it stocked out: the target moves down
       at once, and the rung is retried after a backoff that grows per refusal
-      (``retry_initial_s`` x ``retry_multiplier`` ^ n, at most ``retry_max_s``).
+      (``retry_initial_s`` x ``retry_multiplier`` ^ n, at most ``retry_max_s``:
+      :class:`~ray_ladder.core.backoff.Backoff`).
     * The rung work goes to (*serving*) comes from the one :class:`Selector`: it falls at
       once and climbs after ``promotion_hysteresis`` observations of a better rung's node.
     * Better rungs whose node joined are kept (*warming*); once serving moved above a
@@ -369,11 +375,22 @@ class AutoscalePlanner:
             st = self.rungs.get(name)
             if st is None:
                 continue
-            for key in ("status", "failures", "last_stockout", "last_stockout_reason",
+            for key in ("status", "last_stockout", "last_stockout_reason",
                         "next_retry", "requested_since", "keep_until", "queued_since"):
                 if key in saved:
                     setattr(st, key, saved[key])
+            st.failures = _count(saved.get("failures", st.failures))
             # Node presence is re-observed; a rung that was up is re-requested if needed.
             if st.status == "up":
                 st.status = "idle"
         self._memory.last_failure.update(data.get("last_failure") or {})
+
+
+def _count(value: Any) -> int:
+    """A refusal count read back from Ray's KV: any size is fine (the backoff caps it),
+    anything that is no count starts again from 0 (the first backoff)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    if isinstance(value, float) and not math.isfinite(value):
+        return 0
+    return max(int(value), 0)

@@ -189,3 +189,37 @@ def test_a_rung_the_head_hosts_is_never_released_so_its_standby_stays_warm():
     plan = p.step({"cpu": 1, "h100": 1}, [], now=1.0, on_head={"cpu"})
     assert plan.serving == "h100"
     assert p.rungs["cpu"].role == "none"
+
+
+@pytest.mark.parametrize("refusals", [10**4, 10**9])
+def test_any_number_of_refusals_waits_retry_max_s_without_raising(refusals: int):
+    # retry_multiplier ** (n - 1) overflowed after about 1,024 refusals (a week of one
+    # rung stocked out), and from then on every hook step raised.
+    assert OPTS.retry_delay_s(refusals) == OPTS.retry_max_s
+    p = AutoscalePlanner(LADDER, OPTS)
+    p.step({"cpu": 1}, [], now=0.0)
+    p.rungs["h100"].failures = refusals - 1
+    p.step({"cpu": 1}, [refusal("h100", 0)], now=1.0)
+    h100 = p.rungs["h100"]
+    assert h100.failures == refusals and h100.next_retry == 1.0 + OPTS.retry_max_s
+
+
+@pytest.mark.parametrize(("saved", "restored"), [
+    (10**9, 10**9), (10**400, 10**400), (3.0, 3), ("lots", 0), (None, 0), (-2, 0),
+    (float("inf"), 0), (True, 0),
+])
+def test_a_persisted_refusal_count_of_any_size_or_shape_keeps_the_hook_steering(
+        saved, restored):
+    # The count survives hook restarts (Ray's KV); a huge or garbled one must not break
+    # the steps after the restart.
+    p = AutoscalePlanner(LADDER, OPTS)
+    p.step({"cpu": 1}, [], now=0.0)
+    dump = p.dump()
+    dump["rungs"]["h100"]["failures"] = saved
+    q = AutoscalePlanner(LADDER, OPTS)
+    q.restore(dump)
+    assert q.rungs["h100"].failures == restored
+    plan = q.step({"cpu": 1}, [refusal("h100", 0)], now=1.0)
+    h100 = q.rungs["h100"]
+    assert h100.status == "stocked_out" and plan.target == "a100"
+    assert h100.next_retry == 1.0 + OPTS.retry_delay_s(restored + 1)
