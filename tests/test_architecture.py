@@ -19,7 +19,7 @@ MAY_IMPORT = {
     "testing": {"core", "cluster"},
     "task": {"core", "cluster", "_lazy"},
     "serve": {"core", "cluster", "_lazy"},
-    "tune": {"core", "cluster"},
+    "tune": {"core", "cluster", "_lazy"},
     "train": {"core", "cluster"},
     "autoscale": {"core", "cluster", "testing", "_lazy"},
     "simulate": {"core", "ray_ladder"},

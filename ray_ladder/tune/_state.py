@@ -12,6 +12,7 @@ from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.placement import NodeState
 from ray_ladder.core.selector import Selector
 from ray_ladder.tune.history import RungSpan
+from ray_ladder.tune.lifecycle import Phase
 from ray_ladder.tune.trainable import LadderTrialSpec
 
 logger = logging.getLogger("ray_ladder.tune.scheduler")
@@ -86,7 +87,7 @@ class View:
 
 @dataclass
 class TrialState:
-    """What the scheduler knows of one ladder trial."""
+    """What the scheduler knows of one ladder trial (its lifecycle: :attr:`phase`)."""
 
     trial_id: str
     spec: LadderTrialSpec
@@ -95,11 +96,7 @@ class TrialState:
     placed: str | None = None  # rung of the trial's current resources
     node_id: str | None = None  # node of its last actor
     spans: list[RungSpan] = field(default_factory=list)
-    park_on_add: bool = False  # no rung free at creation: hold it (PAUSED) once listed
-    parked: bool = False  # held PAUSED by us until a rung is free
-    moving: bool = False  # paused by us at a checkpoint to climb
-    noticed: bool = False  # ... or to leave a rung going away (a preemption notice)
+    phase: Phase = "placed"  # see ray_ladder.tune.lifecycle (its rules)
     released: tuple[str, str] | None = None  # (rung, node) it just left; counts as free
-    pending: bool = False  # placed, waiting for its placement group (promised capacity)
     observed_at: float = float("-inf")  # capacity snapshot its selector saw last
     free: list[str] = field(default_factory=list)  # rungs free at the last placement

@@ -15,8 +15,9 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray_ladder.cluster import ray_private
 from ray_ladder.cluster.capacity import ray_node_states
 from ray_ladder.core.events import Direction, TransitionEvent
-from ray_ladder.core.placement import PREEMPTION_NOTICE, NodeState
+from ray_ladder.core.placement import NodeState
 from ray_ladder.core.selector import Selector
+from ray_ladder.tune import lifecycle
 from ray_ladder.tune._state import TrialState, View
 from ray_ladder.tune.active import ACTIVE
 from ray_ladder.tune.board import publish_run, record_move
@@ -143,7 +144,7 @@ class LadderScheduler(TrialScheduler):
             rung = self._decide(state, self._clock())
             state.placed = None  # the trainable's default resources were only a guess
             if rung is None:
-                state.park_on_add = True  # listed as PENDING only after this hook returns
+                state.phase = "to_park"  # listed as PENDING only after this hook returns
             else:
                 self._place(trial, state, rung, "first placement")
             return
@@ -164,7 +165,7 @@ class LadderScheduler(TrialScheduler):
             view.refresh()
             alive = view.node_alive(state.node_id)
             self._close(state, "trial failed" if alive else "node lost")
-            state.moving = False
+            state.phase = lifecycle.on_error(state.phase)
             if alive and state.placed and state.node_id:
                 state.released = (state.placed, state.node_id)
         self.base.on_trial_error(tune_controller, trial)
@@ -182,14 +183,16 @@ class LadderScheduler(TrialScheduler):
         target, placed = state.selector.current, state.placed
         ladder = state.spec.trial_ladder
         going = placed is not None and self._view(state.spec).snap.rungs[placed].going_away
-        if target is None or placed is None or target == placed or (
-                ladder.index(target) > ladder.index(placed) and not going):
+        below = (target is not None and placed is not None
+                 and ladder.index(target) > ladder.index(placed))
+        move = lifecycle.at_checkpoint(state.phase, placed, target, target_below=below,
+                                       going=going)
+        if move.kind == "stay":
             return decision
-        # At a checkpoint, a better rung free long enough or its own going away: move.
-        state.moving, state.noticed = True, going
-        if state.node_id and not going:
+        if move.release and placed and state.node_id:
             state.released = (placed, state.node_id)
-        self._close(state, PREEMPTION_NOTICE if going else f"climbed to {target}")
+        self._close(state, move.ended_by)
+        state.phase = move.phase
         return TrialScheduler.PAUSE
 
     def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict) -> None:
@@ -215,29 +218,27 @@ class LadderScheduler(TrialScheduler):
         self._tick(tune_controller, now, trials)
         publish_run(self, trials, now)  # `ray-ladder status`
         for trial, state in trials:
-            if state.park_on_add:
-                state.park_on_add = False
-                if trial.status == Trial.PENDING:
+            if state.phase == "to_park":
+                state.phase = lifecycle.on_listed(state.phase,
+                                                  pending=trial.status == Trial.PENDING)
+                if state.phase == "parked":
                     self._park(tune_controller, trial, state)
         for trial, state in trials:
-            if trial.status == Trial.PAUSED and (state.parked or state.moving):
+            if trial.status == Trial.PAUSED and state.phase in lifecycle.HELD:
                 rung = self._decide(state, now)
                 if rung is not None:
-                    reason = (PREEMPTION_NOTICE if state.noticed else "climb at checkpoint"
-                              if state.moving else "capacity free")
-                    self._place(trial, state, rung, reason)
-                    state.parked = state.moving = state.noticed = False
+                    self._place(trial, state, rung, lifecycle.resume_reason(state.phase))
                     state.released = None
                     return trial
         chosen = self.base.choose_trial_to_run(tune_controller)
         held = self._states.get(chosen.trial_id) if chosen is not None else None
         if chosen is None or held is None or chosen.status != Trial.PAUSED:
             return chosen
-        if held.parked or held.moving:
+        if held.phase in lifecycle.HELD:
             return None  # ours, still waiting for a free rung
         rung = self._decide(held, now)  # paused by the base scheduler
         if rung is None:
-            held.parked = True
+            held.phase = "parked"
             return None
         self._place(chosen, held, rung, "resumed")
         return chosen
@@ -303,7 +304,7 @@ class LadderScheduler(TrialScheduler):
         view = self._view(state.spec)
         snap = view.snap
         promised = Counter(s.placed for s in self._states.values()
-                           if s is not state and s.pending and s.spec is state.spec)
+                           if s is not state and s.phase == "pending" and s.spec is state.spec)
         out = {}
         for name in state.selector.eligible:
             free = snap.rungs[name].available - promised[name]
@@ -331,7 +332,7 @@ class LadderScheduler(TrialScheduler):
         if trials is None:
             trials = self._live(tune_controller)
         for trial, state in trials:
-            state.pending = trial.status == Trial.PENDING
+            state.phase = lifecycle.on_status(state.phase, pending=trial.status == Trial.PENDING)
         for trial, state in trials:
             view = self._view(state.spec)
             if trial.status == Trial.RUNNING and state.observed_at != view.at:
@@ -340,7 +341,7 @@ class LadderScheduler(TrialScheduler):
 
     def _place(self, trial: Trial, state: TrialState, rung: str, reason: str) -> None:
         previous = state.placed
-        state.pending = True
+        state.phase = "pending"
         if rung != previous:
             trial.update_resources(state.spec.resources(rung))
             state.placed = rung
@@ -354,8 +355,7 @@ class LadderScheduler(TrialScheduler):
 
     def _park(self, tune_controller: Any, trial: Trial, state: TrialState) -> None:
         ray_private.set_trial_status(tune_controller, trial, Trial.PAUSED)
-        state.parked = True
-        state.pending = False
+        state.phase = "parked"
         logger.info("ladder %s: trial %s held: no eligible rung has a free placement",
                     state.spec.ladder.name, trial.trial_id)
 
@@ -386,7 +386,7 @@ class LadderScheduler(TrialScheduler):
             state.placed = rung
 
     def _close(self, state: TrialState, why: str) -> None:
-        state.pending = False
+        state.phase = lifecycle.on_close(state.phase)
         if state.spans and state.spans[-1].end is None:
             state.spans[-1] = replace(state.spans[-1], end=self._wall(), ended_by=why)
 
