@@ -1,4 +1,5 @@
-"""LocalCluster: a real heterogeneous Ray cluster on one machine, for tests and demos."""
+"""LocalCluster: a real heterogeneous Ray cluster on one machine, for tests and demos;
+FakeNodes: the node table without one."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ray_ladder.cluster import ray_private
-from ray_ladder.core.placement import labels_satisfying
+from ray_ladder.cluster.fake_nodes import FakeNodes, rung_node
 from ray_ladder.core.spec import Ladder, Rung
+
+__all__ = ["FAST_HEALTH_CHECKS", "HEAD_TYPE", "NODE_TYPE_LABEL", "FakeNodes", "LocalCluster",
+           "NodeHandle", "NodeType", "free_port", "node_type_for_rung", "wait_until"]
 
 logger = logging.getLogger(__name__)
 
@@ -89,19 +93,11 @@ def node_type_for_rung(rung: Rung, num_cpus: float = 1) -> NodeType | None:
     """
     if not rung.is_compute:
         return None
-    resources = {k: max(v, 1.0) for k, v in rung.resources.items()}
-    if rung.accelerator_type:
-        resources[f"accelerator_type:{rung.accelerator_type}"] = 1.0
-    labels = labels_satisfying(rung.label_selector)
-    if not resources and not rung.num_gpus and not labels:
+    resources, labels = rung_node(rung, num_cpus)  # the one rule, FakeNodes' too
+    cpus, gpus = resources.pop("CPU"), resources.pop("GPU", 0)
+    if not resources and not gpus and len(labels) == 1:  # only ladder.rung: the head's
         return None
-    labels["ladder.rung"] = rung.name
-    return NodeType(
-        num_cpus=max(num_cpus, rung.num_cpus or 0),
-        num_gpus=rung.num_gpus or 0,
-        resources=resources,
-        labels=labels,
-    )
+    return NodeType(num_cpus=cpus, num_gpus=gpus, resources=resources, labels=labels)
 
 
 class LocalCluster:

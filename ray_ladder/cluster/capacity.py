@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,28 @@ from ray_ladder.core.spec import Ladder
 
 #: ``ladder name -> the hook's published roles or None`` (see ray_ladder.cluster.roles).
 HookSource = Callable[[str], "Mapping[str, Any] | None"]
+
+#: The node source seam: every node's state now (:func:`ray_node_states` on a cluster,
+#: :class:`ray_ladder.testing.FakeNodes` in a test). Taken as ``node_source=`` everywhere.
+NodeSource = Callable[[], list[NodeState]]
+
+
+def renamed_node_source(node_source: NodeSource | None, old: NodeSource | None, *,
+                        keyword: str, owner: str) -> NodeSource | None:
+    """``node_source``, or the value passed under its old keyword (a ``DeprecationWarning``
+    naming ``node_source``); both at once is a ``TypeError``.
+
+    Example:
+        >>> renamed_node_source(None, None, keyword="source", owner="CapacityView") is None
+        True
+    """
+    if old is None:
+        return node_source
+    if node_source is not None:
+        raise TypeError(f"{owner}: pass node_source= only ({keyword}= is its old name)")
+    warnings.warn(f"{owner}({keyword}=...) is deprecated; pass node_source=... instead",
+                  DeprecationWarning, stacklevel=3)
+    return old
 
 
 @dataclass(frozen=True)
@@ -105,7 +128,9 @@ class CapacityView:
         ladder: The ladder.
         refresh_interval_s: Snapshot lifetime (default: ``ladder.policy.probe_interval_s``).
         require_available: Count busy rungs as unobtainable.
-        source: Returns node states (default: Ray's GCS via :func:`ray_node_states`).
+        node_source: Returns node states (default: Ray's GCS via :func:`ray_node_states`;
+            :class:`ray_ladder.testing.FakeNodes` in a test). ``source=``, its old name,
+            still works for one release with a ``DeprecationWarning``.
         clock: Monotonic clock (injectable for tests).
         follow_hook: Hold back rungs the autoscaler hook released.
         constraints: Only eligible rungs count as "better" for a released rung (a
@@ -129,20 +154,22 @@ class CapacityView:
         refresh_interval_s: float | None = None,
         *,
         require_available: bool = False,
-        source: Callable[[], list[NodeState]] | None = None,
+        node_source: NodeSource | None = None,
         clock: Callable[[], float] = time.monotonic,
         follow_hook: bool = True,
         constraints: Constraints | None = None,
         hook_source: HookSource | None = None,
         wall_clock: Callable[[], float] = time.time,
         ready: Callable[[str], bool] | None = None,
+        source: NodeSource | None = None,
     ) -> None:
         self.ladder = ladder
         self.refresh_interval_s = (ladder.policy.probe_interval_s if refresh_interval_s is None
                                    else refresh_interval_s)
         self.require_available = require_available
         self.follow_hook = follow_hook
-        self._source = source or ray_node_states
+        self._node_source = renamed_node_source(node_source, source, keyword="source",
+                                                owner="CapacityView") or ray_node_states
         self._clock = clock
         self._wall_clock = wall_clock
         self._ready = ready
@@ -160,7 +187,7 @@ class CapacityView:
 
     def refresh(self) -> CapacitySnapshot:
         """Read Ray's state now and replace the cached snapshot."""
-        rungs = ladder_capacity(self.ladder, self._source(),
+        rungs = ladder_capacity(self.ladder, self._node_source(),
                                 require_available=self.require_available)
         obtainable = {name: c.obtainable for name, c in rungs.items()}
         # A capacity block serves only inside its window (wall clock: the window is dated).

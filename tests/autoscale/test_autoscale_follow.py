@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from ray_ladder import Constraints, Ladder, Selector
 from ray_ladder.cluster import roles
 from ray_ladder.cluster.capacity import CapacityView
-from ray_ladder.core.placement import NodeState
+from ray_ladder.testing import FakeNodes
 
 LADDER = Ladder.from_yaml("""
 name: follow
@@ -20,9 +20,14 @@ rungs:
 NOW = 1_000.0
 
 
-def _node(rung: str, alive: bool = True) -> NodeState:
-    res = {f"ladder/{rung}": 1.0}
-    return NodeState(rung, alive, res, res)
+def _nodes(*rungs: str, dead: tuple[str, ...] = ()) -> FakeNodes:
+    """One node per rung, its id the rung's name; those in ``dead`` killed."""
+    nodes = FakeNodes(LADDER)
+    for rung in rungs:
+        nodes.add(rung, node_id=rung)
+    for rung in dead:
+        nodes.kill(rung)
+    return nodes
 
 
 def _roles(time: float = NOW, stopped: bool = False, **by_rung: str) -> dict:
@@ -34,8 +39,8 @@ def _roles(time: float = NOW, stopped: bool = False, **by_rung: str) -> dict:
     return roles.summarize(state)
 
 
-def _view(nodes: list[NodeState], published: dict | None, **kw) -> CapacityView:
-    return CapacityView(LADDER, source=lambda: nodes, hook_source=lambda name: published,
+def _view(nodes: FakeNodes, published: dict | None, **kw) -> CapacityView:
+    return CapacityView(LADDER, node_source=nodes, hook_source=lambda name: published,
                         wall_clock=lambda: NOW, **kw)
 
 
@@ -43,7 +48,7 @@ def _view(nodes: list[NodeState], published: dict | None, **kw) -> CapacityView:
 
 
 def test_a_released_rung_takes_no_new_work_while_a_better_one_is_obtainable():
-    nodes = [_node("h100"), _node("a100")]
+    nodes = _nodes("h100", "a100")
     snap = _view(nodes, _roles(h100="serving", a100="released")).refresh()
     assert snap.obtainable["h100"] and not snap.obtainable["a100"]
     assert snap.rungs["a100"].obtainable  # the node can still host it: only held back
@@ -57,21 +62,21 @@ def test_a_released_rung_takes_no_new_work_while_a_better_one_is_obtainable():
 def test_a_released_rung_stays_when_nothing_better_is_obtainable():
     # The better node died since the hook's last step, or this consumer cannot use it.
     published = _roles(h100="serving", a100="released", l4="released")
-    snap = _view([_node("h100", alive=False), _node("a100"), _node("l4")], published).refresh()
+    snap = _view(_nodes("h100", "a100", "l4", dead=("h100",)), published).refresh()
     assert snap.obtainable["a100"] and not snap.obtainable["l4"]
-    eu = _view([_node("h100"), _node("a100")], published,
+    eu = _view(_nodes("h100", "a100"), published,
                constraints=Constraints(jurisdiction="eu")).refresh()
     assert eu.obtainable["a100"] and eu.held == {}
     # A consumer whose better rung cannot take work yet (its replica is still starting).
     warm = {"h100": False}
-    view = _view([_node("h100"), _node("a100")], published, ready=lambda r: warm.get(r, True))
+    view = _view(_nodes("h100", "a100"), published, ready=lambda r: warm.get(r, True))
     assert view.refresh().obtainable["a100"]
     warm["h100"] = True
     assert not view.refresh().obtainable["a100"]
 
 
 def test_no_hook_a_stopped_one_or_a_stale_one_changes_nothing():
-    nodes = [_node("h100"), _node("a100")]
+    nodes = _nodes("h100", "a100")
     for published in (None, _roles(stopped=True, a100="released"),
                       _roles(time=NOW - 31, a100="released")):
         snap = _view(nodes, published).refresh()
@@ -90,7 +95,7 @@ def test_hook_entries_are_read_no_more_often_than_the_hook_publishes():
         return published[name]
 
     reader = roles.HookRoles(recheck_s=5.0, read=read, clock=lambda: now[0])
-    view = CapacityView(LADDER, source=lambda: [_node("h100"), _node("a100")],
+    view = CapacityView(LADDER, node_source=_nodes("h100", "a100"),
                         hook_source=reader.get, wall_clock=lambda: NOW)
     for t in (0.0, 1.0, 4.9):
         now[0] = t
@@ -239,8 +244,10 @@ def test_native_path_keeps_rays_fallback_off_a_released_rung():
     path._held = None
     path._build_remotes(frozenset())
     published = [None]
-    nodes = [NodeState(g, True, {"CPU": 1.0}, {"CPU": 1.0}, {"gpu": g}) for g in ("h100", "a100")]
-    path.view = CapacityView(ladder, source=lambda: nodes, hook_source=lambda n: published[0],
+    nodes = FakeNodes()
+    for g in ("h100", "a100"):
+        nodes.add({"CPU": 1.0}, node_id=g, labels={"gpu": g})
+    path.view = CapacityView(ladder, node_source=nodes, hook_source=lambda n: published[0],
                              wall_clock=lambda: NOW, refresh_interval_s=0.0)
     path.submit((1,), {})
     assert sent[-1]["label_selector"] == {"gpu": "h100"}
@@ -254,7 +261,7 @@ def test_orchestrator_node_cache_reads_roles_in_its_background_refresh():
     from ray_ladder.task.orchestrator.nodes import NodeCache
 
     reads: list[str] = []
-    cache = NodeCache(source=lambda: [_node("h100")])
+    cache = NodeCache(node_source=_nodes("h100"))
     cache._hook = roles.HookRoles(read=lambda name: reads.append(name) or _roles(a100="released"))
     cache.follow("follow")
     assert cache.hook_roles("follow") is None  # nothing read until the next refresh

@@ -4,11 +4,10 @@ minus nodes that just killed an attempt."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from ray_ladder.cluster.capacity import ray_node_states
+from ray_ladder.cluster.capacity import NodeSource, ray_node_states
 from ray_ladder.cluster.roles import HookRoles
 from ray_ladder.core.placement import NodeState
 
@@ -21,10 +20,13 @@ class NodeCache:
 
     It also reads the autoscaler hook's roles of every ladder a task follows, in the same
     background refresh, so that the capacity views never call the GCS on the event loop.
+
+    Args:
+        node_source: Returns node states (default: Ray's GCS).
     """
 
-    def __init__(self, source: Callable[[], list[NodeState]] = ray_node_states) -> None:
-        self._source = source
+    def __init__(self, node_source: NodeSource = ray_node_states) -> None:
+        self._node_source = node_source
         self._nodes: list[NodeState] = []
         self._suspects: dict[str, float] = {}  # node id -> suspected until (monotonic)
         self.version = 0
@@ -41,7 +43,7 @@ class NodeCache:
         return self._roles.get(ladder)
 
     def refresh(self) -> None:
-        nodes = self._source()
+        nodes = self._node_source()
         for ladder in list(self._roles):
             self._roles[ladder] = self._hook.get(ladder)
         now = time.monotonic()
