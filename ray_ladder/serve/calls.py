@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from typing import Any
 
 from ray_ladder.cluster import ray_private
-from ray_ladder.serve.errors import RungFailed, failure_reason
+from ray_ladder.serve.errors import RungFailed, rung_failure
 
 #: Least silence (seconds) after which a rung with a RUNNING replica has failed a request.
 DEAD_AFTER_MIN_S = 5.0
@@ -121,7 +121,7 @@ class RungCaller:
         return Pending(rung, task, assigned)
 
     async def stream(self, rung: str, request: Any, *, warm: bool, give_up_s: float | None,
-                     elsewhere: Callable[[], bool] = lambda: True) -> AsyncIterator[Any]:
+                     elsewhere: Callable[[], bool] = lambda: True) -> AsyncGenerator[Any, None]:
         """Stream ``request`` from ``rung``'s ``ladder_generate``: the pieces, as they come.
 
         Raises :class:`RungFailed` when the rung is lost before or during the stream (its
@@ -182,10 +182,10 @@ class RungCaller:
         except asyncio.CancelledError:
             raise
         except Exception as err:
-            reason = failure_reason(err)
-            if reason is None:
+            failed = rung_failure(err)
+            if failed is None:
                 raise
-            raise RungFailed(reason) from err
+            raise failed from err
         finally:
             waiting.cancel()
             if not finished:
@@ -239,10 +239,10 @@ class RungCaller:
             response.cancel()
             raise
         except Exception as err:
-            reason = failure_reason(err)
-            if reason is None:
+            failed = rung_failure(err)
+            if failed is None:
                 raise
-            raise RungFailed(reason) from err
+            raise failed from err
         finally:
             if not assigned.done():
                 assigned.cancel()

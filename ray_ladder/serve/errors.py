@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ray_ladder.cluster.errors import is_rung_gone
+from ray_ladder.core.exceptions import AttemptCause
 
 
 class RungFailed(Exception):
@@ -11,12 +12,29 @@ class RungFailed(Exception):
     Attributes:
         reason: A short sentence for the request's attempt list.
         timeout: True when the rung said nothing (no error): ambiguous for a ping.
+        cause: Why, as data (``timeout``, ``rung_down`` or ``failed``: an error).
+        error: The error's class name when an error failed it.
     """
 
-    def __init__(self, reason: str, *, timeout: bool = False) -> None:
+    def __init__(self, reason: str, *, timeout: bool = False,
+                 cause: AttemptCause | None = None, error: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.timeout = timeout
+        self.cause: AttemptCause = cause or ("timeout" if timeout else
+                                             "failed" if error else "rung_down")
+        self.error = error
+
+
+def rung_failure(err: BaseException) -> RungFailed | None:
+    """The :class:`RungFailed` that ``err`` means (its reason, ``cause="failed"`` and
+    the error's class), or ``None`` when the rung's own code raised (a user error)."""
+    reason = failure_reason(err)
+    if reason is None:
+        return None
+    cause = getattr(err, "cause", None)
+    gone = cause if cause is not None and is_rung_gone(cause) else err
+    return RungFailed(reason, cause="failed", error=type(gone).__name__)
 
 
 def failure_reason(err: BaseException) -> str | None:

@@ -4,51 +4,72 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable
+from typing import Any, Protocol
 
-from ray_ladder.core.exceptions import Attempt
-from ray_ladder.core.selector import Selector
-from ray_ladder.serve.calls import Pending, RungCaller
-from ray_ladder.serve.core import RouterState
+from ray_ladder.serve.calls import Pending
 from ray_ladder.serve.errors import RungFailed
-from ray_ladder.serve.metrics import LadderMetrics
+from ray_ladder.serve.walk import RequestView, Walk
 
 
-class Hedging:
-    """The router's calls to rung deployments, hedged (a part of ``LadderRouter``).
+class Caller(Protocol):
+    """What the walk needs of the rung caller (:class:`~ray_ladder.serve.calls.RungCaller`;
+    :class:`~ray_ladder.serve.fake.FakeRungCaller` in tests)."""
 
-    A request goes to the rung its selector picked. When no replica of that rung takes
-    it within ``assign_timeout_s`` and the rung answered nobody else meanwhile (so it is
-    not merely busy), a copy goes to the next rung (:meth:`RouterState.hedge_target`);
-    the first answer wins and the ladder does not move for it. Each copy is counted
-    (``ladder_hedges{rung}``: the rung that was slow), so that a user sees how many
-    requests paid the hedge's wait.
+    assign_timeout_s: float
+
+    def start(self, rung: str, payload: Any, *, warm: bool,
+              elsewhere: Callable[[], bool] = ...) -> Pending: ...
+    def stream(self, rung: str, request: Any, *, warm: bool, give_up_s: float | None,
+               elsewhere: Callable[[], bool] = ...) -> AsyncGenerator[Any, None]: ...
+    def alive_within(self, rung: str, seconds: float) -> bool: ...
+    def signal_lost(self, rungs: Iterable[str]) -> None: ...
+
+
+class Race:
+    """The router's calls to rung deployments, hedged.
+
+    A request goes to the rung its walk picked. When no replica of that rung takes it
+    within ``assign_timeout_s`` and the rung answered nobody else meanwhile (so it is not
+    merely busy), a copy goes to the next rung (``RouterState.hedge_target``); the first
+    answer wins and the ladder does not move for it. Each copy is counted (``hedged``:
+    ``ladder_hedges{rung}``, the rung that was slow), so a user sees how many requests
+    paid the hedge's wait.
+
+    Args:
+        caller: Sends requests to rung deployments.
+        is_warm: Whether a rung had a running replica at the last probe.
+        failed: Called with ``(rung, RungFailed)`` when a rung failed a request.
+        hedged: Called with the slow rung when a copy goes elsewhere.
+        spawn: Runs a coroutine in the background (keeping a reference).
+        clock: Wall clock for the attempts' times.
     """
 
-    _caller: RungCaller
-    _state: RouterState
-    _metrics: LadderMetrics
+    def __init__(self, caller: Caller, *, is_warm: Callable[[str], bool],
+                 failed: Callable[[str, RungFailed], None], hedged: Callable[[str], None],
+                 spawn: Callable[[Coroutine[Any, Any, Any]], None],
+                 clock: Callable[[], float] = time.time) -> None:
+        self._caller = caller
+        self._is_warm = is_warm
+        self._failed = failed
+        self._hedged = hedged
+        self._spawn = spawn
+        self._clock = clock
 
-    def _failed(self, rung: str, reason: str) -> None:
-        raise NotImplementedError  # LadderRouter: mark the rung down, move the selectors
+    def _start(self, rung: str, payload: Any, view: RequestView) -> Pending:
+        return self._caller.start(rung, payload, warm=self._is_warm(rung),
+                                  elsewhere=lambda: view.has_other_compute(rung))
 
-    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
-        raise NotImplementedError  # LadderRouter: run it in the background, keep a ref
-
-    def _start(self, rung: str, payload: Any, selector: Selector) -> Pending:
-        return self._caller.start(
-            rung, payload, warm=self._state.is_warm(rung),
-            elsewhere=lambda: self._state.has_other_compute(selector, rung))
-
-    async def _race(self, name: str, payload: Any, selector: Selector,
-                    attempts: list[Attempt], tried: set[str]) -> tuple[Any, str]:
+    async def run(self, name: str, payload: Any, view: RequestView,
+                  walk: Walk) -> tuple[Any, str]:
         """Answer from ``name``, or from the rung a copy went to when ``name`` was slow
-        to take the request (a hedge: the ladder does not move for it)."""
+        to take the request. Raises :class:`RungFailed` when every rung raced failed
+        (each is in ``walk.attempts`` and was reported to ``failed``)."""
         loop = asyncio.get_running_loop()
-        primary = self._start(name, payload, selector)
+        assign_s = self._caller.assign_timeout_s
+        primary = self._start(name, payload, view)
         racing = [primary]
-        hedge_at = loop.time() + self._caller.assign_timeout_s
+        hedge_at = loop.time() + assign_s
         hedged = False
         try:
             while racing:
@@ -64,20 +85,22 @@ class Hedging:
                     try:
                         return pending.task.result(), pending.rung
                     except RungFailed as failed:
-                        attempts.append(Attempt(pending.rung, failed.reason, time.time()))
-                        self._failed(pending.rung, failed.reason)
-                if not done and not hedged and primary in racing:
-                    if self._caller.alive_within(name, self._caller.assign_timeout_s):
-                        # The rung takes or answers others: it is busy, not gone; a
-                        # copy would only add load. Look again after another window.
-                        hedge_at = loop.time() + self._caller.assign_timeout_s
-                        continue
-                    hedged = True
-                    target = self._state.hedge_target(selector, tried)
-                    if target is not None:
-                        tried.add(target)
-                        self._metrics.hedged(name)
-                        racing.append(self._start(target, payload, selector))
+                        walk.failed(pending.rung, failed.reason, self._clock(),
+                                    cause=failed.cause, error=failed.error)
+                        self._failed(pending.rung, failed)
+                if done or hedged or primary not in racing:
+                    continue
+                if self._caller.alive_within(name, assign_s):
+                    # The rung takes or answers others: it is busy, not gone; a copy
+                    # would only add load. Look again after another window.
+                    hedge_at = loop.time() + assign_s
+                    continue
+                hedged = True
+                target = view.best_compute(walk.excluded)
+                if target is not None:
+                    walk.enter(target)
+                    self._hedged(name)
+                    racing.append(self._start(target, payload, view))
             raise RungFailed("every rung tried failed")
         finally:
             for pending in racing:
@@ -95,4 +118,4 @@ class Hedging:
         if pending.task.done() and not pending.task.cancelled():
             error = pending.task.exception()
             if isinstance(error, RungFailed):
-                self._failed(pending.rung, error.reason)
+                self._failed(pending.rung, error)

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.exceptions import InvalidConstraintsError, LadderExhaustedError
 from ray_ladder.core.spec import Ladder
+from ray_ladder.serve.walk import shed_rung
 
 RUNG_HEADER = "X-Ladder-Rung"
 DEGRADED_HEADER = "X-Ladder-Degraded-S"
@@ -183,22 +184,48 @@ def answer_headers(rung: str, degraded_s: float, *, stale: bool = False,
     return headers
 
 
-def unavailable(err: LadderExhaustedError, rung: str | None,
-                degraded_s: float) -> tuple[dict[str, Any], dict[str, str]]:
-    """Body and headers of a 503: shed rung or exhausted ladder, with ``Retry-After``.
+def retry_after(seconds: float) -> str:
+    """``Retry-After`` in HTTP's format: whole seconds, rounded up, at least 1.
 
-    ``Retry-After`` is whole seconds (HTTP's format), rounded up.
+    Example:
+        >>> retry_after(7.5), retry_after(0.2)
+        ('8', '1')
+    """
+    return str(max(1, math.ceil(seconds)))
+
+
+def refused_by(err: LadderExhaustedError) -> str:
+    """The rung a refused request reports: the shed rung's name when it answered (its
+    attempt's cause), else ``exhausted``. Both routes report the same."""
+    return shed_rung(err.attempts) or EXHAUSTED
+
+
+def unavailable_headers(err: LadderExhaustedError, degraded_s: float) -> dict[str, str]:
+    """Headers of a 503 (both routes): ``Retry-After``, the rung, the degraded time."""
+    return {
+        "Retry-After": retry_after(err.retry_after_s),
+        RUNG_HEADER: refused_by(err),
+        DEGRADED_HEADER: f"{degraded_s:.3f}",
+    }
+
+
+def unavailable(err: LadderExhaustedError,
+                degraded_s: float) -> tuple[dict[str, Any], dict[str, str]]:
+    """Body and headers of the JSON route's 503: shed rung or exhausted ladder.
+
+    Example:
+        >>> from ray_ladder.core.exceptions import Attempt
+        >>> err = LadderExhaustedError("gpu", [Attempt("shed", "no capacity", cause="shed")],
+        ...                            7.5)
+        >>> body, headers = unavailable(err, 1.0)
+        >>> body["rung"], headers["Retry-After"], headers["X-Ladder-Rung"]
+        ('shed', '8', 'shed')
     """
     body = {
         "error": str(err),
         "ladder": err.ladder,
-        "rung": rung or EXHAUSTED,
+        "rung": refused_by(err),
         "retry_after_s": err.retry_after_s,
         "attempts": [a.to_dict() for a in err.attempts],
     }
-    headers = {
-        "Retry-After": str(max(1, math.ceil(err.retry_after_s))),
-        RUNG_HEADER: rung or EXHAUSTED,
-        DEGRADED_HEADER: f"{degraded_s:.3f}",
-    }
-    return body, headers
+    return body, unavailable_headers(err, degraded_s)

@@ -8,7 +8,7 @@ import logging
 from typing import Any, Protocol
 
 from ray_ladder.core.constraints import Constraints
-from ray_ladder.core.exceptions import Attempt, LadderExhaustedError
+from ray_ladder.core.exceptions import LadderExhaustedError
 from ray_ladder.serve import http
 from ray_ladder.serve.bindings import relative_path
 from ray_ladder.serve.result import LadderResult
@@ -25,7 +25,6 @@ class JsonRouter(Protocol):
     @property
     def router_state(self) -> Any: ...
     def state(self) -> dict[str, Any]: ...
-    def shed_rung(self, attempts: list[Attempt]) -> str | None: ...
     async def answer(self, payload: Any, constraints: Constraints | None) -> LadderResult: ...
 
 
@@ -51,7 +50,7 @@ async def handle(router: JsonRouter, request: Any, max_body_bytes: int) -> Any:
     try:
         result = await router.answer(payload, constraints)
     except LadderExhaustedError as err:
-        body, headers = http.unavailable(err, router.shed_rung(err.attempts), degraded)
+        body, headers = http.unavailable(err, degraded)
         return JSONResponse(body, 503, headers=headers)
     except ValueError as err:  # the rung class refused the payload
         return JSONResponse({"error": f"rejected by the rung: {err}"}, 400)

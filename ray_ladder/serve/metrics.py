@@ -10,11 +10,12 @@ from ray_ladder.cluster import metrics as ladder_metrics
 from ray_ladder.cluster.board import LadderBoard
 from ray_ladder.cluster.event_log import log_event
 from ray_ladder.core.events import TransitionEvent
+from ray_ladder.core.exceptions import AttemptCause
 from ray_ladder.core.selector import Decision
 from ray_ladder.core.spec import Ladder
 
 if TYPE_CHECKING:
-    from ray_ladder.serve.core import RouterState
+    from ray_ladder.serve.state import RouterState
 
 #: Constrained selectors shown in the status entry (the most recently used).
 MAX_STATUS_SELECTORS = 20
@@ -109,9 +110,9 @@ class LadderMetrics:
         elif event.direction is not None:
             self.counts["transitions"][event.direction] += 1
 
-    def attempt_failed(self, rung: str, reason: str) -> None:
-        """A request (or ping) found ``rung`` failing for ``reason``."""
-        self.board.attempt_failed(self.ladder.name, rung, reason)
+    def attempt_failed(self, rung: str, cause: AttemptCause, error: str | None = None) -> None:
+        """A request (or ping) found ``rung`` failing (``cause``; ``error``: its class)."""
+        self.board.attempt_failed(self.ladder.name, rung, cause, error)
 
     def observed(self, state: RouterState, now: float | None = None) -> None:
         """After a probe: the app's status entry (when due), gauges and replica-hours."""

@@ -7,7 +7,7 @@ from ray_ladder.cluster.metrics import transition_reason
 from ray_ladder.core.placement import PREEMPTION_NOTICE, NodeState, rung_capacity
 from ray_ladder.core.selector import Selector
 from ray_ladder.core.spec import Ladder
-from ray_ladder.serve.core import RouterState
+from ray_ladder.serve.state import RouterState
 
 LADDER = Ladder.from_yaml("""
 name: notice

@@ -11,8 +11,8 @@ from ray_ladder import Constraints, InvalidConstraintsError, Ladder, LadderExhau
 from ray_ladder.core.exceptions import Attempt
 from ray_ladder.serve import http
 from ray_ladder.serve.cache import AnswerCache, payload_key
-from ray_ladder.serve.core import RECENT_USE_S, RouterState, standby_replicas
 from ray_ladder.serve.result import LadderResult
+from ray_ladder.serve.state import RECENT_USE_S, RouterState, standby_replicas
 
 LADDER = Ladder.from_yaml("""
 name: unit
@@ -152,12 +152,30 @@ def test_answer_and_unavailable_headers():
         "X-Ladder-Rung": "cache", "X-Ladder-Degraded-S": "3.250", "X-Ladder-Stale": "true",
         "X-Ladder-Source-Rung": "a100"}
     err = LadderExhaustedError("unit", [Attempt("h100", "ActorDiedError", 1.0),
-                                        Attempt("shed", "shed", 2.0)], 7.5)
-    body, headers = http.unavailable(err, "shed", 1.0)
+                                        Attempt("shed", "any words", 2.0, cause="shed")], 7.5)
+    body, headers = http.unavailable(err, 1.0)
     assert headers["Retry-After"] == "8" and headers["X-Ladder-Rung"] == "shed"
+    assert body["rung"] == "shed"
     assert [a["rung"] for a in body["attempts"]] == ["h100", "shed"]
-    _, headers = http.unavailable(LadderExhaustedError("unit", [], 0.2), None, 0.0)
+    _, headers = http.unavailable(LadderExhaustedError("unit", [], 0.2), 0.0)
     assert headers["Retry-After"] == "1" and headers["X-Ladder-Rung"] == http.EXHAUSTED
+
+
+def test_both_routes_report_a_shed_the_same_way_from_its_cause_not_its_words():
+    """The JSON route's 503 and the OpenAI route's read one rule (http.refused_by)."""
+    from ray_ladder.serve.llm.routes import exhausted_error
+
+    named = LadderExhaustedError("unit", [Attempt("last", "reworded: come back", 1.0,
+                                                  cause="shed")], 2.0)
+    _, json_headers = http.unavailable(named, 0.5)
+    openai = exhausted_error(named, 0.5)
+    assert json_headers == openai.headers
+    assert json_headers["X-Ladder-Rung"] == "last" and openai.body()["error"]["code"] == "shed"
+    # a reason that starts with "shed" is not a shed unless its cause says so
+    worded = LadderExhaustedError("unit", [Attempt("h100", "shed: words", 1.0,
+                                                   cause="rung_down")], 2.0)
+    assert http.refused_by(worded) == http.EXHAUSTED
+    assert exhausted_error(worded, 0.0).body()["error"]["code"] == "exhausted"
 
 
 # --- router state --------------------------------------------------------------------------
@@ -323,7 +341,7 @@ def test_ladder_result_is_frozen():
 
 def test_serve_package_import_stays_ray_free():
     code = ("import sys; import ray_ladder.serve, ray_ladder.serve.cache, "
-            "ray_ladder.serve.http, ray_ladder.serve.core; print('ray' in sys.modules)")
+            "ray_ladder.serve.http, ray_ladder.serve.state; print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"

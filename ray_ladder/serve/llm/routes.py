@@ -4,17 +4,20 @@
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ray_ladder.core.exceptions import LadderExhaustedError
+from ray_ladder.core.spec import Ladder
 from ray_ladder.serve import http
 from ray_ladder.serve.bindings import relative_path
 from ray_ladder.serve.cache import payload_key
 from ray_ladder.serve.llm.responses import DONE, Answer, StreamRecord, models_list
 from ray_ladder.serve.llm.schema import OpenAIError, parse_request, wants_usage
-from ray_ladder.serve.llm.streams import Piece, Router, StreamDriver, StreamFailed
+from ray_ladder.serve.llm.streams import Piece, StreamDriver, StreamFailed
+
+if TYPE_CHECKING:
+    from ray_ladder.serve.walker import Walker
 
 logger = logging.getLogger("ray_ladder.serve")
 ROUTES: dict[str, tuple[str, Literal["chat", "completion"] | None]] = {
@@ -22,6 +25,20 @@ ROUTES: dict[str, tuple[str, Literal["chat", "completion"] | None]] = {
     "/v1/completions": ("POST", "completion"),
     "/v1/models": ("GET", None),
 }
+
+
+class Router(Protocol):
+    """What the routes need of the router (``LadderRouter`` provides it)."""
+
+    ladder: Ladder
+    llm_rungs: frozenset[str]
+    bindings: Any
+    walker: Walker
+
+    @property
+    def router_state(self) -> Any: ...
+    @property
+    def cache(self) -> Any: ...
 
 
 def route_of(path: str) -> str | None:
@@ -43,13 +60,12 @@ def _error(err: OpenAIError) -> Any:
 
 
 def exhausted_error(err: LadderExhaustedError, degraded_s: float) -> OpenAIError:
-    """503 with ``Retry-After`` (the OpenAI clients retry it after that long)."""
-    shed = any(a.rung is not None and a.reason.startswith("shed") for a in err.attempts)
-    return OpenAIError(
-        503, f"{err}", type="ladder_exhausted", code="shed" if shed else "exhausted",
-        headers={"Retry-After": str(max(1, math.ceil(err.retry_after_s))),
-                 http.RUNG_HEADER: "shed" if shed else http.EXHAUSTED,
-                 http.DEGRADED_HEADER: f"{degraded_s:.3f}"})
+    """503 with ``Retry-After`` (the OpenAI clients retry it after that long); its code
+    and ``X-Ladder-Rung`` say whether the shed rung answered (``http.refused_by``)."""
+    rung = http.refused_by(err)
+    return OpenAIError(503, f"{err}", type="ladder_exhausted",
+                       code="exhausted" if rung == http.EXHAUSTED else "shed",
+                       headers=http.unavailable_headers(err, degraded_s))
 
 
 async def handle(router: Router, request: Any, max_body_bytes: int) -> Any:
@@ -87,7 +103,7 @@ async def handle(router: Router, request: Any, max_body_bytes: int) -> Any:
     record = StreamRecord()
     key = payload_key({"kind": kind, **body, "stream": False, "stream_options": None}) \
         if router.cache is not None else None
-    pieces = StreamDriver(router).run(gen, constraints, record, key)
+    pieces = StreamDriver(router.walker).run(gen, constraints, record, key)
     try:
         first: Piece | None = await pieces.__anext__()
     except StopAsyncIteration:
@@ -108,8 +124,8 @@ async def handle(router: Router, request: Any, max_body_bytes: int) -> Any:
                 rung = piece.rung
         except (StreamFailed, LadderExhaustedError) as err:
             return _error(OpenAIError(503, str(err), type="ladder_exhausted",
-                                      headers={"Retry-After": str(max(1, math.ceil(
-                                          ladder.policy.retry_after_s)))}))
+                                      headers={"Retry-After": http.retry_after(
+                                          ladder.policy.retry_after_s)}))
         headers[http.RUNG_HEADER] = rung
         return JSONResponse(answer.whole(rung, record, degraded_s=degraded), headers=headers)
     return StreamingResponse(_sse(answer, first, pieces, record, degraded, wants_usage(req)),

@@ -3,22 +3,22 @@ stream continues on the best obtainable eligible rung from the text already sent
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ray_ladder.cluster.event_log import log_event
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.events import TransitionEvent
-from ray_ladder.core.exceptions import Attempt, LadderExhaustedError
-from ray_ladder.core.selector import Selector
-from ray_ladder.core.spec import Ladder
 from ray_ladder.serve.errors import RungFailed
 from ray_ladder.serve.llm.protocol import GenerationRequest, first_stop
 from ray_ladder.serve.llm.responses import StreamRecord
-from ray_ladder.serve.retry import next_rung
+from ray_ladder.serve.walk import FromCache, RequestView, Try, Wait, Walk
+
+if TYPE_CHECKING:
+    from ray_ladder.serve.walker import Walker
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,42 +38,37 @@ class StreamFailed(Exception):
     """A stream that already sent text cannot go on (every eligible rung is gone)."""
 
 
-class Router(Protocol):
-    """What the driver needs of the router (``LadderRouter`` provides it)."""
+@dataclass
+class _Move:
+    """A stream that moved: the rung it left and why (set on the next piece sent)."""
 
-    ladder: Ladder
-    llm_rungs: frozenset[str]
-    bindings: Any
+    previous: str | None = None
+    reason: str | None = None
 
-    @property
-    def router_state(self) -> Any: ...
-    @property
-    def caller(self) -> Any: ...
-    @property
-    def cache(self) -> Any: ...
-    def rung_failed(self, rung: str, reason: str) -> None: ...
-    def count_answer(self, rung: str) -> None: ...
-    async def wait_for_rung(self, selector: Selector, give_up_at: float) -> bool: ...
+    def piece(self, rung: str, text: str) -> Piece:
+        piece = Piece(rung, text, self.previous, self.reason)
+        self.previous = self.reason = None
+        return piece
 
 
 class StreamDriver:
-    """Runs one generation for the router, moving it between rungs when one is lost.
+    """Runs one generation for the router over the request walk (:mod:`~ray_ladder.serve.walk`),
+    moving it between rungs when one is lost.
 
-    The rung of a new stream is the request's selector's current rung. If that rung's
-    replica does not take the stream within ``assign_timeout_s`` while another compute
-    rung could, the stream starts there instead (nothing was generated; the ladder does
-    not move for it). If the rung fails (node or replica gone, the probe saw it go), it is
-    marked down, the selectors move at once, and the stream continues on the rung they
-    pick with the text already sent as the new rung's ``continuation``. When only the shed
-    rung or nothing is left but a compute rung can come back (its replica restarts on an
-    alive node), the stream waits for it as a JSON request does (``LadderRouter.answer``),
-    up to ``pending_timeout_s``.
+    The rung of a new stream is the one the walk names (the request's selector's current
+    rung). If that rung's replica does not take the stream within ``assign_timeout_s``
+    while another compute rung could, the stream starts there instead (nothing was
+    generated; the ladder does not move for it; counted as a hedge). If the rung fails
+    (node or replica gone, the probe saw it go), it is marked down, the selectors move at
+    once, and the stream continues on the rung the walk names next with the text already
+    sent as the new rung's ``continuation``. The walk's wait, cache, shed and exhaustion
+    steps are the JSON route's, counted the same way.
 
     Args:
-        router: The router's parts.
+        router: The request walk's parts.
     """
 
-    def __init__(self, router: Router) -> None:
+    def __init__(self, router: Walker) -> None:
         self.router = router
 
     async def run(self, request: GenerationRequest, constraints: Constraints | None,
@@ -86,104 +81,97 @@ class StreamDriver:
             StreamFailed: after some text was sent, when no rung can continue it.
         """
         router = self.router
-        ladder = router.ladder
-        selector = router.router_state.selector(constraints, time.time())
-        attempts: list[Attempt] = []
         # Compute rungs whose class does not generate text never take a stream.
-        never = {r.name for r in ladder.rungs if r.is_compute} - set(router.llm_rungs)
-        tried = set(never)
-        previous: str | None = None
-        reason: str | None = None
-        caller = router.caller
-        give_up_at = asyncio.get_running_loop().time() + ladder.policy.pending_timeout_s
+        never = frozenset(r.name for r in router.ladder.rungs
+                          if r.is_compute and r.name not in router.llm_rungs)
+        walk, view = router.start_walk(constraints, never)
+        move = _Move()
         while True:
-            name = next_rung(router.router_state, selector, tried)
-            if name is None or ladder.rung(name).kind == "shed":
-                if await router.wait_for_rung(selector, give_up_at):
-                    tried = set(never)  # what failed before may be back: ask again
-                    continue
-                if name is None:
-                    break
-            tried.add(name)
-            rung = ladder.rung(name)
-            if rung.kind == "cache":
-                hit = router.cache.get(cache_key, constraints, time.time()) \
-                    if router.cache is not None and cache_key is not None else None
+            step = router.next_step(walk, view)
+            if isinstance(step, Wait):
+                await router.wait(step)
+            elif isinstance(step, FromCache):
+                hit = router.cached(walk, step.rung, cache_key, constraints)
                 text = hit.value if hit is not None and isinstance(hit.value, str) else None
                 if text is not None and text.startswith(record.text):
-                    rest = text[len(record.text):]
-                    record.tokens[name] = record.tokens.get(name, 0) + 1
+                    record.tokens[step.rung] = record.tokens.get(step.rung, 0) + 1
                     record.finish_reason = "stop"
-                    router.count_answer(name)
-                    if rest:
-                        yield Piece(name, rest, previous, reason)
+                    router.served(step.rung)
+                    if text[len(record.text):]:
+                        yield move.piece(step.rung, text[len(record.text):])
                     return
-                attempts.append(Attempt(name, "no fresh cached answer for this request",
-                                        time.time()))
-                continue
-            if rung.kind == "shed":
-                attempts.append(Attempt(name, "shed: no capacity for this request, try later",
-                                        time.time()))
-                break
-            warm = router.router_state.is_warm(name)
-            first_try = not record.text
-            next_request = request.continuing(record.text, record.completion_tokens)
-            if next_request.max_tokens <= 0:
-                record.finish_reason = "length"
+            elif isinstance(step, Try):
+                rest = request.continuing(record.text, record.completion_tokens)
+                if rest.max_tokens <= 0:  # a move landed exactly on max_tokens
+                    record.finish_reason = "length"
+                    return
+                pieces = self._generate(step.rung, request, rest, record, view, move)
+                try:
+                    async with contextlib.aclosing(pieces):
+                        async for piece in pieces:
+                            yield piece
+                except RungFailed as failed:
+                    self._lost(walk, step.rung, failed, record, move)
+                    continue
+                self._finished(step.rung, record, cache_key, constraints)
                 return
-            try:
-                stream = caller.stream(
-                    name, next_request.to_dict(), warm=warm,
-                    give_up_s=caller.assign_timeout_s if first_try else None,
-                    elsewhere=lambda n=name: router.router_state.has_other_compute(selector, n))
-                async for text in stream:
-                    record.tokens[name] = record.tokens.get(name, 0) + 1
-                    cut = first_stop(record.text + text, request.stop, len(record.text))
-                    if cut is not None:
-                        text = (record.text + text)[len(record.text):cut]
-                        record.text += text
-                        record.finish_reason = "stop"
-                        if text:
-                            yield Piece(name, text, previous, reason)
-                        await stream.aclose()
-                        break
-                    record.text += text
-                    yield Piece(name, text, previous, reason)
-                    previous = reason = None
-                else:
-                    record.finish_reason = ("length" if record.completion_tokens
-                                            >= request.max_tokens else "stop")
-            except RungFailed as failed:
-                attempts.append(Attempt(name, failed.reason, time.time()))
-                if not failed.timeout:
-                    router.rung_failed(name, failed.reason)
-                if record.text:  # a move the client sees; before any text there is none
-                    record.switches.append({"from": name, "at_token": record.completion_tokens,
-                                            "reason": failed.reason})
-                    previous, reason = name, failed.reason
-                continue
-            self._finished(name, record, cache_key, constraints)
-            return
-        if not record.text:
-            if not attempts:
-                attempts.append(Attempt(None, "no eligible rung is obtainable", time.time()))
-            raise LadderExhaustedError(ladder.name, attempts, ladder.policy.retry_after_s)
-        raise StreamFailed(f"the stream lost its rung after {record.completion_tokens} "
-                           f"token(s) and no eligible rung could continue it")
+            elif record.text:
+                router.refuse(walk)  # counted as exhausted: no rung could continue it
+                raise StreamFailed(f"the stream lost its rung after "
+                                   f"{record.completion_tokens} token(s) and no eligible "
+                                   "rung could continue it")
+            else:
+                raise router.refuse(walk)
+
+    async def _generate(self, name: str, request: GenerationRequest,
+                        rest: GenerationRequest, record: StreamRecord, view: RequestView,
+                        move: _Move) -> AsyncGenerator[Piece, None]:
+        """The pieces ``name`` generates for ``rest`` of the answer (raises RungFailed)."""
+        caller = self.router.caller
+        first_try = not record.text
+        stream = caller.stream(
+            name, rest.to_dict(), warm=self.router.router_state.is_warm(name),
+            give_up_s=caller.assign_timeout_s if first_try else None,
+            elsewhere=lambda: view.has_other_compute(name))
+        async for text in stream:
+            record.tokens[name] = record.tokens.get(name, 0) + 1
+            cut = first_stop(record.text + text, request.stop, len(record.text))
+            if cut is not None:
+                text = (record.text + text)[len(record.text):cut]
+                record.text += text
+                record.finish_reason = "stop"
+                if text:
+                    yield move.piece(name, text)
+                await stream.aclose()
+                return
+            record.text += text
+            yield move.piece(name, text)
+        record.finish_reason = ("length" if record.completion_tokens >= request.max_tokens
+                                else "stop")
+
+    def _lost(self, walk: Walk, name: str, failed: RungFailed, record: StreamRecord,
+              move: _Move) -> None:
+        """``name`` failed the stream: note it; a move the client sees once text was sent."""
+        self.router.rung_failed(walk, name, failed)
+        if failed.timeout and not record.text:
+            self.router.hedged(name)  # it was slow to take the stream: started elsewhere
+        if record.text:  # a move the client sees; before any text there is none
+            record.switches.append({"from": name, "at_token": record.completion_tokens,
+                                    "reason": failed.reason})
+            move.previous, move.reason = name, failed.reason
 
     def _finished(self, rung: str, record: StreamRecord, cache_key: Any,
                   constraints: Constraints | None) -> None:
         router = self.router
-        router.count_answer(rung)
+        router.served(rung)
         for switch in record.switches:
             switch.setdefault("to", rung)
         if record.switches:
             first = record.switches[0]
             log_event(TransitionEvent(time.time(), router.ladder.name, first["from"], rung,
                                       "down", f"stream continued: {first['reason']}",
-                                      kind="call"))
+                                      kind="call", cause="lost"))
         # Cache single-rung answers only: a mixed one has no one producer to check
         # residency against.
-        if router.cache is not None and cache_key is not None and len(record.tokens) == 1:
-            router.cache.put(cache_key, constraints, record.text, router.ladder.rung(rung),
-                             time.time())
+        if len(record.tokens) == 1:
+            router.remember(cache_key, constraints, record.text, rung)

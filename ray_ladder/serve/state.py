@@ -6,18 +6,19 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ray_ladder.core.backoff import Backoff
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.events import TransitionEvent
 from ray_ladder.core.placement import going_away_reason, held_back, standby_replicas
 from ray_ladder.core.selector import Decision, Selector
 from ray_ladder.core.spec import Ladder
+from ray_ladder.serve.health import MAX_COOLDOWN_S, RungHealth
 
 _DEFAULT_KEY: tuple[object, ...] = ("<none>",)
 #: A released rung stays warm for a constrained selector only while that selector has
 #: had a request this recently (selectors live on after their traffic stops).
 RECENT_USE_S = 60.0
-#: Longest a rung that keeps failing stays marked down (the cooldown doubles up to it).
-MAX_COOLDOWN_S = 30.0
+__all__ = ["MAX_COOLDOWN_S", "RECENT_USE_S", "RouterState"]
 
 
 class RouterState:
@@ -72,13 +73,10 @@ class RouterState:
         self._running_at: float | None = None
         self.replica_counts_max_age_s = replica_counts_max_age_s
         self._placeable: dict[str, bool] = {}
-        self._down: dict[str, tuple[float, str]] = {}
-        #: Rung -> (consecutive failures, when its last cooldown ends): a rung that fails
-        #: again soon after its cooldown stays down twice as long (capped).
-        self._strikes: dict[str, tuple[int, float]] = {}
-        #: Rungs that failed a request and have not answered since: after the cooldown
-        #: they count again only once a replica answers (a ping or a request).
-        self._probation: set[str] = set()
+        #: One health record per compute rung (down, failure streak, probation).
+        self._health = {name: RungHealth() for name in self._compute}
+        self._backoff = Backoff(base_s=down_cooldown_s,
+                                cap_s=max(MAX_COOLDOWN_S, down_cooldown_s))
         self._obtainable: dict[str, bool] = {}
         #: Rungs the autoscaler hook released while a better rung is up (see observe).
         self._held: frozenset[str] = frozenset()
@@ -106,11 +104,8 @@ class RouterState:
         """Rung name -> obtainable now, as fed to the selectors."""
         out = {}
         for name in self._compute:
-            down = self._down.get(name)
-            if down is not None and down[0] > now:
-                out[name] = False
-            elif name in self._probation:
-                out[name] = False  # failed, and no replica has answered since
+            if not self._health[name].counts(now):
+                out[name] = False  # down, or failed and no replica has answered since
             elif not self._placeable.get(name, False):
                 out[name] = False  # no alive node can host it (a RUNNING count may lag)
             else:
@@ -211,25 +206,26 @@ class RouterState:
         alive = list(alive)  # read twice below
         if running is not None:
             if self._running_at is not None:  # a replica that started under the router:
-                self._probation.update(self._started(running, alive))
+                for name in self._started(running, alive):
+                    self._health[name] = self._health[name].on_probation()
             self._running = dict(running)
             self._running_at = now
         for name in alive:
             if self._running.get(name, 0) == 0:
                 self._running[name] = 1
-            if not self.is_down(name, now):
-                self._probation.discard(name)
+            if name in self._health:
+                self._health[name] = self._health[name].answered(now)
         self._placeable = dict(placeable)
         for name in self._compute:  # no node, no replica (Serve's count lags a lost node)
             if not self._placeable.get(name, False):
                 self._running[name] = 0
         # A rung whose nodes are all gone starts afresh when capacity returns: its new
         # replica proves itself by answering a ping (_started), not its old failure.
-        self._probation = {n for n in self._probation if self._placeable.get(n, False)}
+        for name, health in self._health.items():
+            if health.probation and not self._placeable.get(name, False):
+                self._health[name] = health.forgotten()
         self._held = frozenset(held)
         self._going = dict(going_away or {})
-        for name in [n for n, (until, _) in self._down.items() if until <= now]:
-            del self._down[name]
         return self._observe_all(now)
 
     def _started(self, running: Mapping[str, int], alive: Iterable[str]) -> list[str]:
@@ -241,17 +237,12 @@ class RouterState:
     def mark_down(self, rung: str, reason: str, now: float) -> Decision:
         """A request saw ``rung`` fail: unobtainable for the cooldown, re-observe at once.
 
-        The cooldown doubles each time the rung fails again within one cooldown of the
-        last one's end (a backend that stays down), up to ``MAX_COOLDOWN_S``; a rung that
+        The cooldown doubles each time the rung fails again within one applied cooldown
+        of the last one's end (a backend that stays down), up to ``MAX_COOLDOWN_S``
+        (:class:`~ray_ladder.core.backoff.Backoff`, which cannot overflow); a rung that
         stayed up that long starts again from ``down_cooldown_s``.
         """
-        strikes, ended = self._strikes.get(rung, (0, float("-inf")))
-        last = self.down_cooldown_s * 2 ** max(0, strikes - 1)
-        strikes = strikes + 1 if now - ended <= last else 1
-        cooldown = min(MAX_COOLDOWN_S, self.down_cooldown_s * 2 ** (strikes - 1))
-        self._strikes[rung] = (strikes, now + cooldown)
-        self._down[rung] = (now + cooldown, reason)
-        self._probation.add(rung)
+        self._health[rung] = self._health[rung].failed(reason, now, self._backoff)
         return self._observe_all(now)
 
     def has_other_compute(self, selector: Selector, rung: str) -> bool:
@@ -276,14 +267,14 @@ class RouterState:
 
     def why_unobtainable(self, rung: str, now: float) -> str:
         """A short reason why compute ``rung`` is not obtainable (for logs and state)."""
-        down = self._down.get(rung)
-        if down is not None and down[0] > now:
-            return f"marked down: {down[1]}"
+        health = self._health[rung]
+        if health.is_down(now):
+            return f"marked down: {health.reason}"
         if not self._placeable.get(rung, False):
             return "no alive node can host it"
         if self._running.get(rung, 0) == 0:
             return "its standby replica is not running yet"
-        if rung in self._probation:
+        if health.probation:
             return "failed a request; waiting for a replica to answer a ping"
         if rung in self._held:
             return "released by the autoscaler hook (a better rung is up)"
@@ -294,13 +285,13 @@ class RouterState:
     def on_probation(self, now: float) -> list[str]:
         """Rungs past their cooldown that must answer once before they count again (the
         router pings them: an external backend that is still down fails the ping)."""
-        return [n for n in self._compute if n in self._probation
-                and not self.is_down(n, now) and self._placeable.get(n, False)]
+        return [n for n, h in self._health.items() if h.probation
+                and not h.is_down(now) and self._placeable.get(n, False)]
 
     def is_down(self, rung: str, now: float) -> bool:
         """Whether a failure marked ``rung`` down and its cooldown is still running."""
-        down = self._down.get(rung)
-        return down is not None and down[0] > now
+        health = self._health.get(rung)
+        return health is not None and health.is_down(now)
 
     # --- choices -----------------------------------------------------------------------
 
@@ -370,7 +361,7 @@ class RouterState:
         default = self._selectors[_DEFAULT_KEY]
         rungs = []
         for rung in self.ladder.rungs:
-            down = self._down.get(rung.name)
+            health = self._health.get(rung.name, RungHealth())
             rungs.append({
                 "name": rung.name,
                 "kind": rung.kind,
@@ -379,8 +370,8 @@ class RouterState:
                 "running_replicas": self._running.get(rung.name, 0) if rung.is_compute
                 else None,
                 "standby_replicas": self._standby[rung.name] if rung.is_compute else None,
-                "down_for_s": round(down[0] - now, 3) if down and down[0] > now else 0.0,
-                "down_reason": down[1] if down and down[0] > now else None,
+                "down_for_s": round(health.down_for_s(now), 3),
+                "down_reason": health.reason if health.is_down(now) else None,
                 "released_by_hook": rung.name in self._held,
                 "going_away": rung.name in self._going,
                 "streak": default.streak(rung.name) if rung.name in default.eligible else 0,

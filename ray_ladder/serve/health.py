@@ -1,0 +1,68 @@
+"""One health record per rung in the router: marked down (until when, why), the failure
+streak its cooldown grows with, and probation (it must answer once before it counts)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ray_ladder.core.backoff import Backoff, FailureStreak
+
+#: Longest a rung that keeps failing stays marked down (the cooldown doubles up to it).
+MAX_COOLDOWN_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class RungHealth:
+    """What the router's own requests found of one compute rung.
+
+    Attributes:
+        down_until: When the rung's failure cooldown ends (the router's clock).
+        reason: Why it was last marked down (a sentence, for ``GET /-/ladder``).
+        streak: Consecutive failures, each within one applied cooldown of the last.
+        probation: It failed a request and no replica has answered since: past the
+            cooldown it counts again only once a replica answers (a ping or a request).
+
+    Example:
+        >>> backoff = Backoff(base_s=1.0, cap_s=30.0)
+        >>> health = RungHealth().failed("node died", now=0.0, backoff=backoff)
+        >>> health.is_down(0.5), health.is_down(1.0), health.probation
+        (True, False, True)
+        >>> health.failed("again", now=1.2, backoff=backoff).down_until
+        3.2
+    """
+
+    down_until: float = float("-inf")
+    reason: str | None = None
+    streak: FailureStreak = FailureStreak()
+    probation: bool = False
+
+    def is_down(self, now: float) -> bool:
+        """Whether the failure cooldown still runs at ``now`` (the one such check)."""
+        return self.down_until > now
+
+    def down_for_s(self, now: float) -> float:
+        """Seconds of cooldown left at ``now`` (0 when not down)."""
+        return max(0.0, self.down_until - now)
+
+    def failed(self, reason: str, now: float, backoff: Backoff) -> RungHealth:
+        """A request saw the rung fail at ``now``: down for the streak's cooldown."""
+        streak = self.streak.after_failure(now, backoff)
+        return replace(self, down_until=now + streak.cooldown_s, reason=reason,
+                       streak=streak, probation=True)
+
+    def answered(self, now: float) -> RungHealth:
+        """A replica answered: probation ends (unless its cooldown still runs)."""
+        return self if self.is_down(now) or not self.probation else \
+            replace(self, probation=False)
+
+    def on_probation(self) -> RungHealth:
+        """A replica started under the router: it counts once a ping answered."""
+        return replace(self, probation=True)
+
+    def forgotten(self) -> RungHealth:
+        """Its nodes are gone: a new replica proves itself by a ping, not the old failure."""
+        return replace(self, probation=False)
+
+    def counts(self, now: float) -> bool:
+        """Whether the router may send it requests: not down and not on probation."""
+        return not self.is_down(now) and not self.probation

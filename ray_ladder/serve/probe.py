@@ -1,0 +1,164 @@
+"""The router's probe: what it reads from Ray and Serve every ``probe_interval_s``, and the
+pings it sends (cold rungs to start, rungs on probation, standby rungs to keep warm)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
+
+from ray_ladder.cluster.capacity import CapacityView
+from ray_ladder.core.placement import standby_replicas
+from ray_ladder.serve.calls import RungCaller
+from ray_ladder.serve.errors import RungFailed
+from ray_ladder.serve.metrics import LadderMetrics
+from ray_ladder.serve.scaling import publish_primes
+from ray_ladder.serve.state import RouterState
+
+logger = logging.getLogger("ray_ladder.serve")
+
+#: Replica states that take requests: a replica on a draining node is PENDING_MIGRATION
+#: and still serves until Serve stops it (before the drain deadline).
+SERVING_STATES = frozenset({"RUNNING", "PENDING_MIGRATION"})
+
+
+def running_replicas(app_name: str, deployments: Mapping[str, str]) -> dict[str, int]:
+    """Serving replicas per rung (rung -> its deployment's name) of Serve app
+    ``app_name``, from the Serve controller (``serve.status()``: one call)."""
+    from ray import serve
+
+    app = serve.status().applications.get(app_name)
+    running: dict[str, int] = {}
+    for rung, deployment in deployments.items():
+        status = app.deployments.get(deployment) if app is not None else None
+        states = status.replica_states if status is not None else {}
+        running[rung] = sum(n for s, n in states.items()
+                            if getattr(s, "value", s) in SERVING_STATES)
+    return running
+
+
+
+class Prober:
+    """The router's background half: every ``probe_interval_s`` it reads capacity (the
+    :class:`~ray_ladder.CapacityView`) and, when needed, running replicas, feeds them to
+    the :class:`~ray_ladder.serve.state.RouterState`, and pings rungs: a cold rung a
+    selector wants (it starts a replica), a rung on probation (it must answer once), a
+    warm standby rung nobody called lately (its handle stays warm).
+
+    Args:
+        state: The router's state.
+        caller: The rung caller (pings, ``alive_within``, ``signal_lost``).
+        view: The capacity view.
+        metrics: The router's metrics.
+        deployments: Rung -> its deployment's name.
+        app: Returns the Serve app's name.
+        failed: Called with ``(rung, RungFailed)`` when a ping got an error.
+        spawn: Runs a coroutine in the background (keeping a reference).
+        clock: Wall clock.
+    """
+
+    def __init__(self, state: RouterState, caller: RungCaller, view: CapacityView,
+                 metrics: LadderMetrics, deployments: Mapping[str, str], *,
+                 app: Callable[[], str], failed: Callable[[str, RungFailed], None],
+                 spawn: Callable[[Coroutine[Any, Any, Any]], None],
+                 clock: Callable[[], float] = time.time) -> None:
+        self._state, self._caller, self._view, self._metrics = state, caller, view, metrics
+        self._ladder = state.ladder
+        self._deployments = dict(deployments)
+        self._app, self._failed, self._spawn, self._clock = app, failed, spawn, clock
+        self._pinging: set[str] = set()
+        self._primed: dict[str, float] = {}  # cold rung -> when the router asked for it
+        #: Done at the end of each probe (then replaced): requests waiting for a rung.
+        self.probed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.errors = 0
+        self.last_s = 0.0
+        self.max_lag_s = 0.0
+
+    async def probe(self) -> None:
+        """One probe: observe, move the selectors, start pings, wake waiting requests."""
+        started = time.monotonic()
+        snapshot = await asyncio.to_thread(self._view.refresh)
+        # Held rungs stay hostable here: RouterState leaves them out per selector (a
+        # constrained request may have no better rung than the released one).
+        placeable = {r: ok or r in snapshot.held for r, ok in snapshot.obtainable.items()}
+        now = self._clock()
+        running = None
+        if self._state.needs_replica_counts(placeable, now):
+            running = await asyncio.to_thread(running_replicas, self._app(), self._deployments)
+            now = self._clock()
+        interval = self._ladder.policy.probe_interval_s
+        alive = [r for r in self._deployments if self._caller.alive_within(r, interval)]
+        self.last_s = time.monotonic() - started
+        going = snapshot.going_away  # a preemption notice: read from Ray's node table
+        held = {r: why for r, why in snapshot.held.items() if r not in going}
+        decision = self._state.observe(running, placeable, now, alive, held=held,
+                                       going_away=going)
+        for rung in self._state.lost:
+            logger.warning("rung %s lost: %s", rung, self._state.why_unobtainable(rung, now))
+        self._caller.signal_lost(self._state.lost)
+        self._metrics.decision(decision)
+        self._metrics.observed(self._state, now)  # `ray-ladder status`, gauges, replica-hours
+        self._start_pings(now)
+        probed, self.probed = self.probed, asyncio.get_running_loop().create_future()
+        probed.set_result(None)
+
+    async def loop(self) -> None:
+        """Probe every ``probe_interval_s`` until the replica stops."""
+        interval = self._ladder.policy.probe_interval_s
+        loop = asyncio.get_running_loop()
+        due = loop.time()
+        while True:
+            # Keep the cadence: a slow probe shortens the wait before the next one.
+            due = max(due + interval, loop.time())
+            await asyncio.sleep(due - loop.time())
+            # How late the loop woke up: a blocked event loop delays every request.
+            self.max_lag_s = max(self.max_lag_s, loop.time() - due)
+            try:
+                await self.probe()
+            except RuntimeError as err:
+                if "shutdown" in str(err):  # the replica is stopping
+                    return
+                self.errors += 1
+                logger.warning("ladder probe failed", exc_info=True)
+            except Exception:  # keep the last observation; a later probe may work
+                self.errors += 1
+                logger.warning("ladder probe failed", exc_info=True)
+
+    async def _ping(self, rung: str, timeout_s: float) -> None:
+        """Reach ``rung``: starts a cold replica, keeps a standby's handle warm."""
+        try:
+            await self._caller.ping(rung, timeout_s)
+        except RungFailed as failed:
+            if not failed.timeout:  # an error, not silence: the rung is gone
+                self._failed(rung, failed)
+        except Exception:  # a user __init__ bug shows on real requests; keep probing
+            logger.debug("ping of %s failed", rung, exc_info=True)
+        finally:
+            self._pinging.discard(rung)
+
+    def _ping_once(self, rung: str, timeout_s: float) -> bool:
+        if rung in self._pinging:
+            return False
+        self._pinging.add(rung)
+        self._spawn(self._ping(rung, timeout_s))
+        return True
+
+    def _start_pings(self, now: float) -> None:
+        policy = self._ladder.policy
+        short = max(1.0, 4 * self._caller.assign_timeout_s)
+        for rung in self._state.to_prime():
+            if self._ping_once(rung, policy.pending_timeout_s):
+                self._primed[rung] = now  # StandbyPolicy starts a replica now
+                self._spawn(asyncio.to_thread(publish_primes, self._app(), dict(self._primed)))
+        for rung in self._state.on_probation(now):  # prove it answers again
+            self._ping_once(rung, short)
+        idle = self._state.held_everywhere(now)  # pings would keep them busy
+        for rung, ok in self._state.obtainable(now).items():
+            # Only rungs kept warm: a cold rung's replica goes once unused, and a ping to
+            # one the counts still show (they lag) would start a new one.
+            if (ok and rung not in idle and self._state.is_warm(rung)
+                    and standby_replicas(self._ladder, self._ladder.rung(rung)) > 0
+                    and not self._caller.alive_within(rung, policy.probe_interval_s)):
+                self._ping_once(rung, short)

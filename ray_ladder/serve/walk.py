@@ -1,0 +1,260 @@
+"""One request's walk down the ladder, decided without Ray: facts and a clock in, one step out.
+
+Both HTTP routes are thin drivers over it (the JSON route awaits a whole answer, the
+OpenAI routes await pieces), like ``task/policy.py`` decides for a task's lane and the lane
+only acts, or tenacity's ``iter()`` answers ``DoAttempt`` / ``DoSleep`` from a call state:
+
+1. the rung to try next is the request's selector's current rung, else the best
+   obtainable eligible compute rung not tried yet (the selector may still be on a rung
+   this request saw fail), else the first cache or shed rung not tried
+   (:func:`next_rung`);
+2. a compute rung: :class:`Try` it;
+3. a cache rung: look the request up (:class:`FromCache`); a miss is per request, not a
+   ladder move: the walk goes on below it;
+4. only the shed rung or nothing is left, but a compute rung of the request can come back
+   without new capacity (its node is alive; its replica restarts or its failure cooldown
+   runs): :class:`Wait` for the next probe, until ``pending_timeout_s`` after the request
+   arrived (as Serve queues a request for a replica); after the wait, rungs that failed
+   the request may be tried again;
+5. else the shed rung answers (:class:`Shed`, a 503 with ``Retry-After``) or, with no
+   shed rung left, the ladder is :class:`Exhausted`.
+
+Every attempt that did not answer is kept with its cause (:class:`~ray_ladder.Attempt`),
+so a refusal carries the whole walk.
+
+Example:
+    >>> from ray_ladder.core.spec import Ladder
+    >>> ladder = Ladder.from_dict({"name": "w", "rungs": [
+    ...     {"name": "h100", "resources": {"ladder/h100": 1}},
+    ...     {"name": "shed", "kind": "shed", "quality": 0}]})
+    >>> walk = Walk(ladder, give_up_at=10.0)
+    >>> decide(walk, Facts(next_rung="h100", can_come_back=True), now=0.0)
+    Try(rung='h100')
+    >>> decide(walk, Facts(next_rung="shed", can_come_back=True), now=0.0)
+    Wait(until=10.0)
+    >>> decide(walk, Facts(next_rung="shed", can_come_back=True), now=10.0)
+    Shed(rung='shed')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from ray_ladder.core.exceptions import Attempt, AttemptCause, LadderExhaustedError
+from ray_ladder.core.spec import Ladder
+
+if TYPE_CHECKING:
+    from ray_ladder.core.selector import Selector
+    from ray_ladder.serve.state import RouterState
+
+NO_RUNG = "no eligible rung is obtainable"
+CACHE_MISS = "no fresh cached answer for this request"
+SHED = "shed: no capacity for this request, try later"
+
+
+@dataclass(frozen=True, slots=True)
+class Try:
+    """Call compute ``rung`` (the JSON route races it, a stream reads its pieces)."""
+
+    rung: str
+
+
+@dataclass(frozen=True, slots=True)
+class FromCache:
+    """Answer from the cache rung ``rung`` if it holds a fresh answer to this request."""
+
+    rung: str
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Wait for the next probe, at most until ``until`` (the walk's clock)."""
+
+    until: float
+
+
+@dataclass(frozen=True, slots=True)
+class Shed:
+    """The shed rung ``rung`` answers: no capacity for this request now, try later."""
+
+    rung: str
+
+
+@dataclass(frozen=True, slots=True)
+class Exhausted:
+    """No eligible rung is left to try: the ladder refuses the request."""
+
+
+Step = Try | FromCache | Wait | Shed | Exhausted
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What the walk needs to know of the ladder now (read by :meth:`Walk.facts`).
+
+    Attributes:
+        next_rung: The rung :func:`next_rung` names for what the walk excludes.
+        can_come_back: Whether an eligible compute rung can come back without new
+            capacity (``RouterState.can_come_back``).
+    """
+
+    next_rung: str | None
+    can_come_back: bool
+
+
+class LadderView(Protocol):
+    """What :func:`next_rung` reads (``RouterState`` with a request's selector)."""
+
+    @property
+    def current(self) -> str | None: ...
+    @property
+    def eligible(self) -> Sequence[str]: ...
+    def best_compute(self, exclude: set[str]) -> str | None: ...
+    def can_come_back(self) -> bool: ...
+
+
+class RequestView:
+    """One request's view of the router's state: its selector and what they observe.
+
+    Args:
+        state: The router's state.
+        selector: The selector for the request's constraints.
+    """
+
+    __slots__ = ("_selector", "_state")
+
+    def __init__(self, state: RouterState, selector: Selector) -> None:
+        self._state = state
+        self._selector = selector
+
+    @property
+    def current(self) -> str | None:
+        """The selector's rung."""
+        return self._selector.current
+
+    @property
+    def eligible(self) -> Sequence[str]:
+        """The rungs the request may use, best first."""
+        return self._selector.eligible
+
+    def best_compute(self, exclude: set[str]) -> str | None:
+        """The best obtainable eligible compute rung not in ``exclude``."""
+        return self._state.hedge_target(self._selector, exclude)
+
+    def can_come_back(self) -> bool:
+        """Whether an eligible compute rung can come back without new capacity."""
+        return self._state.can_come_back(self._selector)
+
+    def has_other_compute(self, rung: str) -> bool:
+        """Whether an eligible compute rung other than ``rung`` is obtainable."""
+        return self.best_compute({rung}) is not None
+
+
+def next_rung(ladder: Ladder, view: LadderView, exclude: set[str]) -> str | None:
+    """The rung a request tries next: the selector's current rung, else the best
+    obtainable eligible compute rung not in ``exclude``, else the first cache or shed
+    rung not in ``exclude``; ``None`` when nothing is left."""
+    current = view.current
+    if current is not None and current not in exclude:
+        return current
+    target = view.best_compute(exclude)
+    if target is not None:
+        return target
+    return next((n for n in view.eligible
+                 if n not in exclude and not ladder.rung(n).is_compute), None)
+
+
+@dataclass
+class Walk:
+    """The state of one request's walk: rungs tried, attempts, when it gives up waiting.
+
+    Args:
+        ladder: The ladder.
+        give_up_at: The walk's clock time after which it no longer waits for a rung
+            to come back (arrival + ``pending_timeout_s``).
+        never: Rungs this request never takes (compute rungs that do not generate text,
+            for a stream).
+
+    Example:
+        >>> walk = Walk(ladder, give_up_at=5.0)  # doctest: +SKIP
+        >>> walk.enter("h100"); walk.failed("h100", "node died", 1.0, cause="rung_down")
+        ... # doctest: +SKIP
+    """
+
+    ladder: Ladder
+    give_up_at: float
+    never: frozenset[str] = frozenset()
+    tried: set[str] = field(default_factory=set)
+    attempts: list[Attempt] = field(default_factory=list)
+    waits: int = 0
+
+    @property
+    def excluded(self) -> set[str]:
+        """Rungs the next step may not pick: tried ones and those never taken."""
+        return self.tried | self.never
+
+    def facts(self, view: LadderView) -> Facts:
+        """Read what :func:`decide` needs from ``view``."""
+        return Facts(next_rung(self.ladder, view, self.excluded), view.can_come_back())
+
+    def next_step(self, view: LadderView, now: float) -> Step:
+        """Decide the next step from ``view`` at ``now`` and record it."""
+        step = decide(self, self.facts(view), now)
+        self.record(step, now)
+        return step
+
+    def record(self, step: Step, now: float) -> None:
+        """Note what ``step`` does to the walk (a rung entered, a wait, the shed answer)."""
+        if isinstance(step, Wait):
+            self.waits += 1
+            self.tried.clear()  # what failed before may be back: ask again
+        elif isinstance(step, (Try, FromCache)):
+            self.tried.add(step.rung)
+        elif isinstance(step, Shed):
+            self.tried.add(step.rung)
+            self.attempts.append(Attempt(step.rung, SHED, now, cause="shed"))
+        elif not self.attempts:
+            self.attempts.append(Attempt(None, NO_RUNG, now, cause="no_rung"))
+
+    def enter(self, rung: str) -> None:
+        """A rung the request goes to outside a step (a hedge's copy)."""
+        self.tried.add(rung)
+
+    def failed(self, rung: str, reason: str, now: float, *, cause: AttemptCause = "failed",
+               error: str | None = None) -> None:
+        """``rung`` did not answer the request, for ``reason``."""
+        self.attempts.append(Attempt(rung, reason, now, cause=cause, error=error))
+
+    def cache_missed(self, rung: str, now: float) -> None:
+        """The cache rung had no fresh answer for this request."""
+        self.attempts.append(Attempt(rung, CACHE_MISS, now, cause="cache_miss"))
+
+    def refusal(self, retry_after_s: float) -> LadderExhaustedError:
+        """The error a refused request raises: every attempt, and when to come back."""
+        return LadderExhaustedError(self.ladder.name, list(self.attempts), retry_after_s)
+
+
+def decide(walk: Walk, facts: Facts, now: float) -> Step:
+    """The next step of ``walk`` (rules 2-5 of the module doc; rule 1 is in ``facts``)."""
+    name = facts.next_rung
+    kind = walk.ladder.rung(name).kind if name is not None else None
+    if name is None or kind == "shed":
+        if now < walk.give_up_at and facts.can_come_back:
+            return Wait(walk.give_up_at)
+        return Exhausted() if name is None else Shed(name)
+    if kind == "cache":
+        return FromCache(name)
+    return Try(name)
+
+
+def shed_rung(attempts: Iterable[Attempt]) -> str | None:
+    """The shed rung's name when it gave the answer (its attempt's cause), else ``None``.
+
+    Example:
+        >>> shed_rung([Attempt("h100", "node died", cause="rung_down"),
+        ...            Attempt("shed", SHED, cause="shed")])
+        'shed'
+    """
+    return next((a.rung for a in attempts if a.cause == "shed"), None)

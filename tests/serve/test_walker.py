@@ -1,0 +1,208 @@
+"""Both routes' drivers over the one walk, with the fake rung caller the library ships
+(serve/fake.py): no Ray, real walk, race, stream driver and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from ray_ladder import Ladder, LadderExhaustedError
+from ray_ladder.serve import http
+from ray_ladder.serve.cache import AnswerCache
+from ray_ladder.serve.fake import FakeRung, FakeRungCaller
+from ray_ladder.serve.llm.protocol import GenerationRequest
+from ray_ladder.serve.llm.responses import StreamRecord
+from ray_ladder.serve.llm.streams import StreamDriver, StreamFailed
+from ray_ladder.serve.metrics import LadderMetrics
+from ray_ladder.serve.state import RouterState
+from ray_ladder.serve.walker import Walker
+
+LADDER = Ladder.from_yaml("""
+name: walker
+policy: {pending_timeout_s: 0.3, retry_after_s: 4.5}
+rungs:
+  - {name: h100, resources: {ladder/h100: 1}}
+  - {name: a100, resources: {ladder/a100: 1}, quality: 0.9}
+  - {name: shed, kind: shed}
+""")
+UP = {"h100": True, "a100": True}
+
+
+class Rig:
+    """A Walker over a FakeRungCaller and a RouterState fed one observation."""
+
+    def __init__(self, caller: FakeRungCaller, placeable: dict[str, bool] = UP,
+                 ladder: Ladder = LADDER, cache: AnswerCache | None = None) -> None:
+        self.caller = caller
+        self.state = RouterState(ladder, down_cooldown_s=60.0)
+        self.state.observe({n: 1 for n, ok in placeable.items() if ok}, placeable, now=0.0)
+        self.metrics = LadderMetrics(ladder, enabled=False, app="walker")
+        self.background: list[asyncio.Task[Any]] = []
+        self.probed: asyncio.Future[None] | None = None
+        self.walker = Walker(self.state, caller, self.metrics, cache=cache,
+                             probed=self._probed, spawn=self._spawn,
+                             llm_rungs=frozenset(r.name for r in ladder.rungs if r.is_compute))
+
+    def _probed(self) -> asyncio.Future[None]:
+        if self.probed is None:
+            self.probed = asyncio.get_running_loop().create_future()
+        return self.probed
+
+    def _spawn(self, coro: Any) -> None:
+        self.background.append(asyncio.get_running_loop().create_task(coro))
+
+    def run(self, make: Callable[[], Awaitable[Any]]) -> Any:
+        async def go() -> Any:
+            try:
+                return await make()
+            finally:
+                for task in self.background:
+                    task.cancel()
+        return asyncio.run(go())
+
+    async def stream(self, max_tokens: int = 16) -> tuple[list[tuple[str, str]], StreamRecord]:
+        record = StreamRecord()
+        pieces = StreamDriver(self.walker).run(
+            GenerationRequest(prompt="hi", max_tokens=max_tokens), None, record)
+        return [(p.rung, p.text) async for p in pieces], record
+
+    @property
+    def counts(self) -> dict[str, Any]:
+        return self.metrics.snapshot()
+
+
+# --- the JSON route's driver (Walker.answer) -------------------------------------------------
+
+def test_a_request_goes_to_the_selectors_rung() -> None:
+    rig = Rig(FakeRungCaller({"h100": None, "a100": None}))
+    result = rig.run(lambda: rig.walker.answer({"x": 1}, None))
+    assert (result.value, result.rung, result.stale) == ("from h100", "h100", False)
+    assert rig.counts["requests"] == {"h100": 1}
+
+
+def test_a_rung_that_fails_is_marked_down_and_the_request_goes_on() -> None:
+    caller = FakeRungCaller({"h100": FakeRung(fails="ActorDiedError: gone",
+                                              error="ActorDiedError"), "a100": None})
+    rig = Rig(caller)
+    result = rig.run(lambda: rig.walker.answer({"x": 1}, None))
+    assert result.rung == "a100" and rig.state.is_down("h100", rig.walker._clock())
+    assert rig.state.current == "a100" and "h100" in caller.lost
+    assert rig.counts["resent"] == {"h100": 1}
+
+
+def test_a_request_its_rung_does_not_take_is_copied_once_and_counted() -> None:
+    caller = FakeRungCaller({"h100": FakeRung(takes=False), "a100": None})
+    rig = Rig(caller)
+    assert rig.run(lambda: rig.walker.answer({}, None)).rung == "a100"
+    assert caller.sent == ["h100", "a100"] and rig.counts["hedges"] == {"h100": 1}
+
+
+def test_a_busy_rung_is_waited_for_not_hedged() -> None:
+    caller = FakeRungCaller({"h100": FakeRung(takes=False, busy=True), "a100": None})
+    rig = Rig(caller)
+
+    async def ask_then_free() -> Any:
+        task = asyncio.get_running_loop().create_task(rig.walker.answer({}, None))
+        await asyncio.sleep(3 * caller.assign_timeout_s)  # three windows: busy, no copy
+        assert caller.sent == ["h100"]
+        caller.rung("h100").busy = False  # answers nobody any more: the next window copies
+        return await task
+
+    assert rig.run(ask_then_free).rung == "a100"
+    assert rig.counts["hedges"] == {"h100": 1}
+
+
+def _all_fail() -> FakeRungCaller:
+    return FakeRungCaller({"h100": FakeRung(fails="rung went down"),
+                           "a100": FakeRung(fails="rung went down")})
+
+
+def test_with_every_rung_gone_the_shed_rung_answers_and_is_counted() -> None:
+    rig = Rig(_all_fail(), placeable={"h100": False, "a100": False})
+    with pytest.raises(LadderExhaustedError) as info:
+        rig.run(lambda: rig.walker.answer({}, None))
+    assert http.refused_by(info.value) == "shed" and info.value.retry_after_s == 4.5
+    assert rig.counts["requests"] == {"shed": 1}
+
+
+def test_a_request_waits_for_a_rung_that_can_come_back_then_is_shed() -> None:
+    rig = Rig(_all_fail())  # nodes alive: their cooldown ends, so the request waits
+    with pytest.raises(LadderExhaustedError) as info:
+        rig.run(lambda: rig.walker.answer({}, None))
+    causes = [(a.rung, a.cause) for a in info.value.attempts]
+    assert causes == [("h100", "rung_down"), ("a100", "rung_down"), ("shed", "shed")]
+
+
+def test_without_a_shed_rung_the_ladder_is_exhausted_and_counted() -> None:
+    ladder = Ladder.from_yaml("""
+name: bare
+policy: {pending_timeout_s: 0.2}
+rungs: [{name: h100, resources: {ladder/h100: 1}}]
+""")
+    rig = Rig(FakeRungCaller({"h100": None}), placeable={"h100": False}, ladder=ladder)
+    with pytest.raises(LadderExhaustedError) as info:
+        rig.run(lambda: rig.walker.answer({}, None))
+    assert [a.cause for a in info.value.attempts] == ["no_rung"]
+    assert rig.counts["requests"] == {http.EXHAUSTED: 1}
+
+
+# --- the OpenAI routes' driver (StreamDriver) counts the same things --------------------------
+
+def test_a_stream_counts_its_answer_like_a_request() -> None:
+    rig = Rig(FakeRungCaller({"h100": None, "a100": None}))
+    pieces, record = rig.run(rig.stream)
+    assert pieces == [("h100", "a"), ("h100", "b"), ("h100", "c")]
+    assert record.finish_reason == "stop" and rig.counts["requests"] == {"h100": 1}
+
+
+def test_a_stream_continues_on_the_next_rung_mid_generation() -> None:
+    caller = FakeRungCaller({"h100": FakeRung(fail_after=2), "a100": FakeRung(pieces=["z"])})
+    rig = Rig(caller)
+    pieces, record = rig.run(rig.stream)
+    assert pieces == [("h100", "a"), ("h100", "b"), ("a100", "z")]
+    assert record.switches[0]["from"] == "h100" and record.switches[0]["to"] == "a100"
+    assert rig.state.is_down("h100", rig.walker._clock())
+    assert rig.counts["requests"] == {"a100": 1}
+
+
+def test_a_stream_its_rung_does_not_take_starts_elsewhere_and_counts_a_hedge() -> None:
+    rig = Rig(FakeRungCaller({"h100": FakeRung(takes=False), "a100": None}))
+    pieces, _ = rig.run(rig.stream)
+    assert {r for r, _ in pieces} == {"a100"}
+    assert rig.counts["hedges"] == {"h100": 1}
+    assert not rig.state.is_down("h100", rig.walker._clock())  # slow, not gone
+
+
+def test_a_stream_with_every_rung_gone_is_shed_and_counted_as_the_json_route_does() -> None:
+    rig = Rig(_all_fail(), placeable={"h100": False, "a100": False})
+    with pytest.raises(LadderExhaustedError) as info:
+        rig.run(rig.stream)
+    assert http.refused_by(info.value) == "shed"
+    assert rig.counts["requests"] == {"shed": 1}
+
+
+def test_a_stream_that_loses_its_last_rung_after_text_fails_and_is_counted() -> None:
+    caller = FakeRungCaller({"h100": FakeRung(fail_after=1),
+                             "a100": FakeRung(fails="rung went down")})
+    rig = Rig(caller, placeable={"h100": True, "a100": True})
+    seen: list[str] = []
+
+    async def read() -> None:
+        record = StreamRecord()
+        async for piece in StreamDriver(rig.walker).run(GenerationRequest(prompt="hi"),
+                                                        None, record):
+            seen.append(piece.text)
+
+    with pytest.raises(StreamFailed):
+        rig.run(read)
+    assert seen == ["a"] and rig.counts["requests"] == {"shed": 1}
+
+
+def test_a_stream_stops_at_max_tokens_across_a_move() -> None:
+    caller = FakeRungCaller({"h100": FakeRung(fail_after=2), "a100": FakeRung(pieces=list("xyz"))})
+    rig = Rig(caller)
+    pieces, record = rig.run(lambda: rig.stream(max_tokens=3))
+    assert "".join(t for _, t in pieces) == "abx" and record.finish_reason == "length"
