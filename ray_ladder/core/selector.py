@@ -6,7 +6,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from ray_ladder.core.constraints import Constraints
-from ray_ladder.core.events import Direction, TransitionEvent
+from ray_ladder.core.events import Direction, TransitionCause, TransitionEvent
 from ray_ladder.core.spec import Ladder
 
 
@@ -25,6 +25,8 @@ class Decision:
         alert: True exactly once per degraded episode, at the first observation where
             ``degraded_s`` exceeds ``policy.max_degraded_seconds``.
         time: The observation's clock value.
+        cause: Why it moved, as data (:data:`~ray_ladder.core.events.TransitionCause`;
+            ``"other"`` when nothing changed).
     """
 
     rung: str | None
@@ -35,13 +37,14 @@ class Decision:
     degraded_s: float
     alert: bool
     time: float
+    cause: TransitionCause = "other"
 
     def event(self, ladder: str) -> TransitionEvent | None:
         """The transition event of this decision, or ``None`` when nothing changed."""
         if not self.changed:
             return None
         return TransitionEvent(self.time, ladder, self.previous, self.rung, self.direction,
-                               self.reason)
+                               self.reason, cause=self.cause)
 
 
 class Selector:
@@ -184,7 +187,8 @@ class Selector:
         self._started = False
 
     def observe(self, obtainable: Mapping[str, bool], now: float,
-                why: Mapping[str, str] | None = None) -> Decision:
+                why: Mapping[str, str] | None = None, *,
+                going: Collection[str] = ()) -> Decision:
         """Feed one observation of which rungs are obtainable; get the decision.
 
         Args:
@@ -193,6 +197,9 @@ class Selector:
             why: Rung name -> why it is unobtainable (``CapacitySnapshot.held``): only
                 words for the event of a fall (``"h100 unobtainable: fell on preemption
                 notice ..."``), never an input to the decision.
+            going: Rungs going away (their nodes drain: a preemption notice,
+                ``CapacitySnapshot.going_away``): a fall off one has cause
+                ``preemption_notice`` (else ``lost``); never an input to the decision.
         """
         names = self._names
         always = self._always
@@ -209,17 +216,21 @@ class Selector:
 
         prev_idx = self._current_idx
         previous = self._current
+        cause: TransitionCause
         if prev_idx < 0 or streak[prev_idx] == 0:
             new_idx = best_ok  # first pick, exhausted, or current lost: no hysteresis
             if prev_idx < 0:
                 reason = "capacity returned" if self._started else "first observation"
+                cause = "returned" if self._started else "first"
             else:
                 reason = f"{previous} unobtainable"
                 if why and previous is not None and previous in why:
                     reason += f": {why[previous]}"
+                cause = "preemption_notice" if previous in going else "lost"
         else:
             new_idx = prev_idx
             reason = ""
+            cause = "promoted"
             h = self._hysteresis
             for i in range(prev_idx):
                 if streak[i] >= h:
@@ -234,6 +245,7 @@ class Selector:
             if new_idx < 0:
                 direction = "down"
                 reason += "; every eligible rung unobtainable"
+                cause = "exhausted"
             elif prev_idx < 0:
                 direction = "up" if self._started else None
             else:
@@ -241,6 +253,7 @@ class Selector:
             reason = reason or "unchanged"
         else:
             reason = "unchanged"
+            cause = "other"
         self._current_idx = new_idx
         self._current = rung
         self._started = True
@@ -260,11 +273,12 @@ class Selector:
                 alert = True
                 self._alerted = True
 
-        decision = Decision(rung, previous, changed, direction, reason, degraded, alert, now)
+        decision = Decision(rung, previous, changed, direction, reason, degraded, alert, now,
+                            cause)
         if self._on_event is not None:
             if changed:
                 self._on_event(TransitionEvent(now, self._ladder_name, previous, rung,
-                                               direction, reason))
+                                               direction, reason, cause=cause))
             if alert:
                 self._on_event(TransitionEvent(
                     now, self._ladder_name, rung, rung, None,

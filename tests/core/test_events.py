@@ -1,15 +1,17 @@
-"""Transition events: one JSON line per change, with time, ladder, from, to, reason."""
+"""Transition events: one JSON line per change, with time, ladder, from, to, reason, cause."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from typing import get_args
 
 import pytest
 
 from ray_ladder import Ladder, Selector, TransitionEvent
+from ray_ladder.core.events import TRANSITION_CAUSES, TransitionCause
 
-KEYS = ["time", "ladder", "from", "to", "direction", "reason", "kind"]
+KEYS = ["time", "ladder", "from", "to", "direction", "reason", "kind", "cause"]
 
 
 def test_to_json_is_one_line_with_the_documented_keys() -> None:
@@ -19,8 +21,14 @@ def test_to_json_is_one_line_with_the_documented_keys() -> None:
     assert list(json.loads(line)) == KEYS
     assert json.loads(line) == {
         "time": 12.5, "ladder": "gpu", "from": "h100", "to": "a100", "direction": "down",
-        "reason": "h100 unobtainable", "kind": "transition",
+        "reason": "h100 unobtainable", "kind": "transition", "cause": "other",
     }
+
+
+def test_cause_is_data_next_to_the_sentence() -> None:
+    event = TransitionEvent(1.0, "gpu", "h100", "a100", "down", "any words", cause="lost")
+    assert event.to_dict()["cause"] == "lost" and event.to_dict()["reason"] == "any words"
+    assert set(get_args(TransitionCause)) == set(TRANSITION_CAUSES)
 
 
 def test_none_rungs_and_direction_become_null() -> None:
@@ -71,8 +79,10 @@ rungs:
     assert len(transitions) == len(changed) == 3
     for record, decision in zip(transitions, changed, strict=True):
         assert record == decision.event("gpu").to_dict()  # type: ignore[union-attr]
-        assert (record["time"], record["from"], record["to"], record["direction"]) == (
-            decision.time, decision.previous, decision.rung, decision.direction)
+        assert (record["time"], record["from"], record["to"], record["direction"],
+                record["cause"]) == (decision.time, decision.previous, decision.rung,
+                                     decision.direction, decision.cause)
+    assert [r["cause"] for r in transitions] == ["first", "lost", "lost"]  # cpu lost at t=4
     [alert] = [r for r in records if r["kind"] == "alert"]
     assert (alert["time"], alert["from"], alert["to"], alert["direction"]) == (
         3.0, "cpu", "cpu", None)  # degraded 2 s > 1 s (at t=2 it was 1 s: not above)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+from typing import get_args
 
 import pytest
 
@@ -15,7 +16,7 @@ from ray_ladder import (
     LadderExhaustedError,
 )
 from ray_ladder.core import exceptions as exceptions_module
-from ray_ladder.core.exceptions import ConfigIssue
+from ray_ladder.core.exceptions import ATTEMPT_CAUSES, AttemptCause, ConfigIssue
 
 
 def test_hierarchy() -> None:
@@ -113,9 +114,20 @@ def test_errors_raise_catch_and_hash_like_exceptions() -> None:
 
 def test_attempt_to_dict_and_pickle() -> None:
     a = Attempt("h100", "node died", 1.5)
-    assert a.to_dict() == {"rung": "h100", "reason": "node died", "time": 1.5}
+    assert a.to_dict() == {"rung": "h100", "reason": "node died", "time": 1.5,
+                           "cause": "other"}
     assert pickle.loads(pickle.dumps(a)) == a
     assert Attempt("cpu", "x").time == 0.0
+
+
+def test_attempt_cause_and_error_are_data_next_to_the_sentence() -> None:
+    a = Attempt("h100", "NodeDiedError on node 1234abcd", 2.0, cause="failed",
+                error="NodeDiedError")
+    assert a.to_dict() == {"rung": "h100", "reason": "NodeDiedError on node 1234abcd",
+                           "time": 2.0, "cause": "failed", "error": "NodeDiedError"}
+    assert pickle.loads(pickle.dumps(a)) == a
+    assert "error" not in Attempt("a100", "x", cause="timeout").to_dict()  # no error: no key
+    assert set(get_args(AttemptCause)) == set(ATTEMPT_CAUSES)
 
 
 def test_config_error_pickles() -> None:

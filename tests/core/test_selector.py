@@ -302,10 +302,11 @@ def test_decision_event_only_when_changed() -> None:
     sel = Selector(make_ladder())
     first = sel.observe(ALL, 0)
     assert first.event("gpu") == TransitionEvent(0, "gpu", None, "h100", None,
-                                                 "first observation")
+                                                 "first observation", cause="first")
     assert sel.observe(ALL, 1).event("gpu") is None
     fall = sel.observe(up("cpu"), 2).event("gpu")
-    assert fall == TransitionEvent(2, "gpu", "h100", "cpu", "down", "h100 unobtainable")
+    assert fall == TransitionEvent(2, "gpu", "h100", "cpu", "down", "h100 unobtainable",
+                                   cause="lost")
 
 
 def test_on_event_gets_every_change_and_every_alert() -> None:
@@ -320,6 +321,41 @@ def test_on_event_gets_every_change_and_every_alert() -> None:
     ]
     assert all(e.ladder == "gpu" for e in events)
     assert "max_degraded_seconds 3.0" in events[2].reason
+    assert [e.cause for e in events] == ["first", "lost", "other", "promoted"]
+
+
+# --- causes: data set where the reason is written --------------------------------------
+
+
+def test_each_transition_carries_its_cause() -> None:
+    sel = Selector(make_ladder(hysteresis=2, tail=()))
+    assert sel.observe(up("a100"), 0).cause == "first"
+    assert sel.observe(up("a100"), 1).cause == "other"  # unchanged
+    lost = sel.observe(up("l4"), 2)
+    assert (lost.rung, lost.cause) == ("l4", "lost")
+    not_yet = sel.observe(up("h100", "l4"), 3)
+    assert (not_yet.rung, not_yet.changed, not_yet.cause) == ("l4", False, "other")
+    promoted = sel.observe(up("h100", "l4"), 4)  # after the hysteresis (2)
+    assert (promoted.rung, promoted.direction, promoted.cause) == ("h100", "up", "promoted")
+    exhausted = sel.observe(up(), 5)
+    assert (exhausted.rung, exhausted.cause) == (None, "exhausted")
+    returned = sel.observe(up("cpu"), 6)
+    assert (returned.rung, returned.direction, returned.cause) == ("cpu", "up", "returned")
+    sel.reset()  # a new placement: its pick is a first one again
+    assert sel.observe(up("cpu"), 7).cause == "first"
+
+
+def test_a_fall_off_a_going_away_rung_is_a_preemption_notice() -> None:
+    sel = Selector(make_ladder())
+    sel.observe(ALL, 0)
+    d = sel.observe(up("a100", "cpu"), 1, going={"h100"})
+    assert (d.rung, d.reason, d.cause) == ("a100", "h100 unobtainable", "preemption_notice")
+    event = d.event("gpu")
+    assert event is not None and event.cause == "preemption_notice"
+    # Only the rung it falls from counts; the words of ``why`` never do.
+    d = sel.observe(up("cpu"), 2, why={"a100": "fell on preemption notice: words only"},
+                    going={"h100"})
+    assert (d.rung, d.cause) == ("cpu", "lost")
 
 
 def test_selector_does_not_mutate_the_observation() -> None:
@@ -360,7 +396,11 @@ WORKED = [
 
 def test_worked_example_from_the_docs() -> None:
     sel = Selector(make_ladder(hysteresis=2, max_degraded=10))
+    causes = []
     for t, obtainable, rung, direction, changed, reason, degraded, alert in WORKED:
         d = sel.observe(up(*obtainable.split()), t)
         got = (d.rung, d.direction, d.changed, d.reason, d.degraded_s, d.alert)
         assert got == (rung, direction, changed, reason, degraded, alert), f"t={t}"
+        causes.append(d.cause)
+    assert causes == ["first", "lost", "other", "lost", "other", "promoted", "lost",
+                      "other", "promoted", "lost", "other", "promoted"]

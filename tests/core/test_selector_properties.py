@@ -155,10 +155,25 @@ def decision_fields_consistent(case: Case, s: Step) -> None:
         line = event.to_json()
         assert "\n" not in line
         assert json.loads(line)["to"] == d.rung
+        assert event.cause == d.cause
+
+
+def cause_follows_the_move(case: Case, s: Step) -> None:
+    d = s.decision
+    if not d.changed:
+        want = "other"
+    elif d.rung is None:
+        want = "exhausted"
+    elif s.previous is None:
+        want = "first" if s.first else "returned"
+    else:
+        want = "promoted" if s.obtainable[s.previous] else "lost"
+    assert d.cause == want
 
 
 STEP_CHECKS = (never_unobtainable_or_ineligible, immediate_descent, no_climb_before_the_streak,
-               climb_when_the_streak_completes, decision_fields_consistent)
+               climb_when_the_streak_completes, decision_fields_consistent,
+               cause_follows_the_move)
 
 
 @settings(max_examples=100, deadline=None)
