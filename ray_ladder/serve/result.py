@@ -13,7 +13,7 @@ class LadderResult:
     Attributes:
         value: What the rung class returned (for a cache answer: what the producing
             compute rung returned earlier).
-        rung: The rung that answered (``"cache"`` for a cache rung, whatever its name).
+        rung: The rung that answered (for a cache answer: the cache rung's own name).
         stale: True when the answer came from the cache rung.
         degraded_s: Seconds the ladder has been below its best eligible rung, as of its
             last observation (0 when on the best).

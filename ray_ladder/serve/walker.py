@@ -62,6 +62,10 @@ class Walker:
         self._race = Race(caller, is_warm=state.is_warm, failed=self.mark_failed,
                           hedged=metrics.hedged, spawn=spawn, clock=clock)
 
+    def now(self) -> float:
+        """The walk's clock."""
+        return self._clock()
+
     def mark_failed(self, rung: str, failed: RungFailed) -> None:
         """``rung`` failed a request or ping: mark it down, move the selectors at once
         (once per cooldown: another request may have reported it already)."""

@@ -4,7 +4,6 @@ stream continues on the best obtainable eligible rung from the text already sent
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -168,7 +167,7 @@ class StreamDriver:
             switch.setdefault("to", rung)
         if record.switches:
             first = record.switches[0]
-            log_event(TransitionEvent(time.time(), router.ladder.name, first["from"], rung,
+            log_event(TransitionEvent(router.now(), router.ladder.name, first["from"], rung,
                                       "down", f"stream continued: {first['reason']}",
                                       kind="call", cause="lost"))
         # Cache single-rung answers only: a mixed one has no one producer to check
