@@ -9,7 +9,7 @@ from typing import Any
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.placement import standby_replicas
 from ray_ladder.core.spec import Ladder, as_ladder
-from ray_ladder.simulate.align import align
+from ray_ladder.simulate.align import Timeline, align
 from ray_ladder.simulate.baselines import Baseline, LadderPolicy, PolicyContext, parse_policies
 from ray_ladder.simulate.compare import run_comparison
 from ray_ladder.simulate.replay import replay
@@ -31,9 +31,9 @@ def default_warm(ladder: Ladder) -> list[str]:
     return [r.name for r in ladder.rungs if standby_replicas(ladder, r) >= 1]
 
 
-def _standby(ladder: Ladder, name: str) -> int:
-    """Standby replicas of a warm rung (at least 1: it was named warm)."""
-    return max(1, ladder.rung(name).standby_replicas or 0)
+def _standby_cost(ladder: Ladder, name: str) -> float:
+    """Hourly bill of a warm rung's standby replicas (at least 1: it was named warm)."""
+    return max(1, ladder.rung(name).standby_replicas or 0) * ladder.rung(name).cost_per_hour
 
 
 def _hysteresis_list(hysteresis: int | Iterable[int] | None, ladder: Ladder,
@@ -137,6 +137,57 @@ def simulate(
         0.958
     """
     ladder = as_ladder(ladder)
+    _check_args(ladder, traces, promotion_delay_s=promotion_delay_s,
+                demotion_delay_s=demotion_delay_s, tick_s=tick_s, duration_s=duration_s)
+    compared = parse_policies(compare) if compare is not None else []
+    hs = _hysteresis_list(hysteresis, ladder, comparing=bool(compared))
+    if flap_window_s is not None and flap_window_s < 0:
+        raise ValueError(f"flap_window_s must be >= 0, got {flap_window_s}")
+    need_by_rung = needs(ladder, need)
+    resolved, ordered, timeline, tick_s = _timeline(ladder, traces, duration_s, tick_s,
+                                                   need_by_rung)
+    warm_list = _warm_list(ladder, warm)
+
+    oracle_rep = replay(ladder, timeline, hysteresis=1, constraints=constraints)
+    names = oracle_rep.names
+    quality = [ladder.rung(n).quality for n in names]
+    cost = [ladder.rung(n).cost_per_hour for n in names]
+    obtainable = [timeline.obtainable_ticks(n) if n in timeline.names else timeline.ticks
+                  for n in names]
+    standby = [_standby_cost(ladder, n) if n in warm_list else 0.0 for n in names]
+    window = _flap_window(ladder, compared, hs, tick_s, flap_window_s)
+    oracle = summarise(oracle_rep, quality=quality, cost_per_hour=cost, flap_window_s=window)
+    policies = []
+    for h in hs:
+        if h == 1 and promotion_delay_s == 0 and demotion_delay_s == 0:
+            rep = oracle_rep  # the same replay: no need to run it twice
+        else:
+            rep = replay(ladder, timeline, hysteresis=h, promotion_delay_s=promotion_delay_s,
+                         demotion_delay_s=demotion_delay_s, warm=warm_list,
+                         constraints=constraints)
+        policies.append(summarise(rep, quality=quality, cost_per_hour=cost,
+                                  cost_oracle=oracle.cost, standby_per_hour=standby,
+                                  obtainable_ticks=obtainable, flap_window_s=window))
+    comparison = run_comparison(
+        PolicyContext.build(ladder, timeline, warm=warm_list, constraints=constraints),
+        compared, quality=quality, cost_per_hour=cost, cost_oracle=oracle.cost,
+        obtainable_ticks=obtainable, flap_window_s=window, oracle=oracle_rep,
+        standby_rate=lambda n: _standby_cost(ladder, n),
+    ) if compared else []
+    rungs = _rung_rows(ladder, names, timeline, ordered, warm_list, need_by_rung, obtainable)
+    return SimulationReport(
+        ladder=ladder.name, rungs=rungs, ticks=timeline.ticks, tick_s=float(tick_s),
+        duration_s=timeline.ticks * float(tick_s), warm=[n for n in names if n in warm_list],
+        oracle=oracle, policies=policies, timeline=timeline, traces=resolved,
+        comparison=comparison, flap_window_s=window,
+    )
+
+
+
+def _check_args(ladder: Ladder, traces: Mapping[str, object], *, promotion_delay_s: float,
+                demotion_delay_s: float, tick_s: float | None,
+                duration_s: float | None) -> None:
+    """Raise ``ValueError`` for a trace of an unknown or non-compute rung, or a bad number."""
     for name in traces:
         if name not in ladder.names:
             raise ValueError(f"trace for unknown rung {name!r}; rungs of {ladder.name!r}: "
@@ -152,11 +203,13 @@ def simulate(
         raise ValueError(f"tick_s must be > 0, got {tick_s}")
     if duration_s is not None and duration_s <= 0:
         raise ValueError(f"duration_s must be > 0, got {duration_s}")
-    compared = parse_policies(compare) if compare is not None else []
-    hs = _hysteresis_list(hysteresis, ladder, comparing=bool(compared))
-    if flap_window_s is not None and flap_window_s < 0:
-        raise ValueError(f"flap_window_s must be >= 0, got {flap_window_s}")
-    need_by_rung = needs(ladder, need)
+
+
+def _timeline(ladder: Ladder, traces: Mapping[str, Trace | str | Path],
+              duration_s: float | None, tick_s: float | None, need_by_rung: dict[str, int],
+              ) -> tuple[dict[str, Trace], dict[str, Trace], Timeline, float]:
+    """Resolve the traces and align them on one tick: (resolved, in ladder order,
+    timeline, tick seconds)."""
     resolved, horizon = resolve_traces(traces, duration_s, need=need_by_rung)
     if horizon is None:
         raise ValueError("nothing bounds the replay: give duration_s (--duration) when "
@@ -170,59 +223,45 @@ def simulate(
         tick_s = min(gaps) if gaps else DEFAULT_TICK_S
     ticks = max(1, tick_index(horizon, tick_s))
     ordered = {n: resolved[n] for n in ladder.names if n in resolved}
-    timeline = align(ordered, tick_s=tick_s, ticks=ticks)
+    return resolved, ordered, align(ordered, tick_s=tick_s, ticks=ticks), tick_s
+
+
+def _flap_window(ladder: Ladder, compared: list[Baseline], hs: list[int], tick_s: float,
+                 flap_window_s: float | None) -> float:
+    """Seconds of the flap window: ``flap_window_s``, else one hysteresis window of the
+    compared ladder, else of the first hysteresis value."""
+    if flap_window_s is not None:
+        return float(flap_window_s)
+    window_h = next((p.hysteresis or ladder.policy.promotion_hysteresis for p in compared
+                     if isinstance(p, LadderPolicy)), hs[0] if hs else
+                    ladder.policy.promotion_hysteresis)
+    return window_h * float(tick_s)
+
+
+def _warm_list(ladder: Ladder, warm: Collection[str] | None) -> list[str]:
+    """The warm compute rungs (default :func:`default_warm`); ``ValueError`` for others."""
     warm_list = default_warm(ladder) if warm is None else list(warm)
     for name in warm_list:
         if name not in ladder.names or not ladder.rung(name).is_compute:
             raise ValueError(f"warm rung {name!r} is not a compute rung of {ladder.name!r}; "
                              f"compute rungs: {[r.name for r in ladder.rungs if r.is_compute]}")
+    return warm_list
 
-    oracle_rep = replay(ladder, timeline, hysteresis=1, constraints=constraints)
-    names = oracle_rep.names
-    quality = [ladder.rung(n).quality for n in names]
-    cost = [ladder.rung(n).cost_per_hour for n in names]
-    obtainable = [timeline.obtainable_ticks(n) if n in timeline.names else ticks
-                  for n in names]
-    standby = [_standby(ladder, n) * ladder.rung(n).cost_per_hour if n in warm_list else 0.0
-               for n in names]
-    window_h = next((p.hysteresis or ladder.policy.promotion_hysteresis for p in compared
-                     if isinstance(p, LadderPolicy)), hs[0] if hs else
-                    ladder.policy.promotion_hysteresis)
-    window = window_h * float(tick_s) if flap_window_s is None else float(flap_window_s)
-    oracle = summarise(oracle_rep, quality=quality, cost_per_hour=cost, flap_window_s=window)
-    policies = []
-    for h in hs:
-        if h == 1 and promotion_delay_s == 0 and demotion_delay_s == 0:
-            rep = oracle_rep  # the same replay: no need to run it twice
-        else:
-            rep = replay(ladder, timeline, hysteresis=h, promotion_delay_s=promotion_delay_s,
-                         demotion_delay_s=demotion_delay_s, warm=warm_list,
-                         constraints=constraints)
-        policies.append(summarise(rep, quality=quality, cost_per_hour=cost,
-                                  cost_oracle=oracle.cost, standby_per_hour=standby,
-                                  obtainable_ticks=obtainable, flap_window_s=window))
-    comparison = []
-    if compared:
-        ctx = PolicyContext.build(ladder, timeline, warm=warm_list, constraints=constraints)
-        comparison = run_comparison(
-            ctx, compared, quality=quality, cost_per_hour=cost, cost_oracle=oracle.cost,
-            obtainable_ticks=obtainable, flap_window_s=window, oracle=oracle_rep,
-            standby_rate=lambda n: _standby(ladder, n) * ladder.rung(n).cost_per_hour,
-        )
-    rungs: list[dict[str, Any]] = []
-    for name, q, c in zip(names, quality, cost, strict=True):
+
+def _rung_rows(ladder: Ladder, names: list[str], timeline: Timeline,
+               ordered: Mapping[str, Trace], warm_list: list[str],
+               need_by_rung: Mapping[str, int], obtainable: list[int],
+               ) -> list[dict[str, Any]]:
+    """The report's table of rungs, one row each in replay order."""
+    rows: list[dict[str, Any]] = []
+    for name, count in zip(names, obtainable, strict=True):
         rung = ladder.rung(name)
-        traced = name in timeline.names
-        rungs.append({
-            "name": name, "kind": rung.kind, "quality": q, "cost_per_hour": c,
+        rows.append({
+            "name": name, "kind": rung.kind, "quality": rung.quality,
+            "cost_per_hour": rung.cost_per_hour,
             "warm": name in warm_list or not rung.is_compute,
-            "trace": ordered[name].source if traced else "always (no trace)",
+            "trace": ordered[name].source if name in timeline.names else "always (no trace)",
             "need": need_by_rung.get(name, 1),
-            "obtainable_fraction": obtainable[names.index(name)] / ticks,
+            "obtainable_fraction": count / timeline.ticks,
         })
-    return SimulationReport(
-        ladder=ladder.name, rungs=rungs, ticks=ticks, tick_s=float(tick_s),
-        duration_s=ticks * float(tick_s), warm=[n for n in names if n in warm_list],
-        oracle=oracle, policies=policies, timeline=timeline, traces=resolved,
-        comparison=comparison, flap_window_s=window,
-    )
+    return rows
