@@ -28,22 +28,24 @@ HookSource = Callable[[str], "Mapping[str, Any] | None"]
 NodeSource = Callable[[], list[NodeState]]
 
 
-def renamed_node_source(node_source: NodeSource | None, old: NodeSource | None, *,
-                        keyword: str, owner: str) -> NodeSource | None:
-    """``node_source``, or the value passed under its old keyword (a ``DeprecationWarning``
-    naming ``node_source``); both at once is a ``TypeError``.
+def resolve_node_source(node_source: NodeSource | None, owner: str,
+                        **old: NodeSource | None) -> NodeSource:
+    """The node source a taker reads: ``node_source``, else the one passed under its old
+    keyword (``old``: that keyword and value; a ``DeprecationWarning`` names the new one),
+    else Ray's GCS (:func:`ray_node_states`). Both at once is a ``TypeError``.
 
     Example:
-        >>> renamed_node_source(None, None, keyword="source", owner="CapacityView") is None
+        >>> resolve_node_source(None, "CapacityView", source=None) is ray_node_states
         True
     """
-    if old is None:
-        return node_source
-    if node_source is not None:
-        raise TypeError(f"{owner}: pass node_source= only ({keyword}= is its old name)")
-    warnings.warn(f"{owner}({keyword}=...) is deprecated; pass node_source=... instead",
-                  DeprecationWarning, stacklevel=3)
-    return old
+    given = {keyword: value for keyword, value in old.items() if value is not None}
+    if given and node_source is not None:
+        raise TypeError(f"{owner}: pass node_source= only ({', '.join(given)}= is its old name)")
+    for keyword, value in given.items():
+        warnings.warn(f"{owner}({keyword}=...) is deprecated; pass node_source=... instead",
+                      DeprecationWarning, stacklevel=3)
+        return value
+    return node_source or ray_node_states
 
 
 @dataclass(frozen=True)
@@ -168,8 +170,7 @@ class CapacityView:
                                    else refresh_interval_s)
         self.require_available = require_available
         self.follow_hook = follow_hook
-        self._node_source = renamed_node_source(node_source, source, keyword="source",
-                                                owner="CapacityView") or ray_node_states
+        self._node_source = resolve_node_source(node_source, "CapacityView", source=source)
         self._clock = clock
         self._wall_clock = wall_clock
         self._ready = ready

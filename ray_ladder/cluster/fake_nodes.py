@@ -131,7 +131,8 @@ class FakeNodes:
     def use(self, node_id: str, resources: Mapping[str, float] | None = None) -> None:
         """Work takes ``resources`` of the node's available units (``None``: all of them).
 
-        Raises ``ValueError`` when the node has less free than asked (a test's mistake).
+        Raises ``ValueError`` when the node has less free than asked (a test's mistake; a
+        dead node has nothing free).
         """
         with self._lock:
             node = self._known(node_id)
@@ -145,9 +146,12 @@ class FakeNodes:
                                              for k, v in node.available.items()})
 
     def free(self, node_id: str, resources: Mapping[str, float] | None = None) -> None:
-        """Work gives ``resources`` back (``None``: all: the node is idle again)."""
+        """Work gives ``resources`` back (``None``: all: the node is idle again). On a
+        dead node this does nothing: what ran there died with it."""
         with self._lock:
             node = self._known(node_id)
+            if not node.alive:
+                return
             back = dict(node.total) if resources is None else resources
             if any(v < 0 for v in back.values()):
                 raise ValueError(f"cannot free negative units {dict(back)}")

@@ -7,7 +7,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ray_ladder.cluster.capacity import CapacitySnapshot, CapacityView, ray_node_states
+from ray_ladder.cluster.capacity import (
+    CapacitySnapshot,
+    CapacityView,
+    NodeSource,
+    ray_node_states,
+)
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.placement import NodeState
 from ray_ladder.core.selector import Selector
@@ -26,12 +31,13 @@ class View:
     needs the state of right now (after a failure).
     """
 
-    def __init__(self, spec: LadderTrialSpec, source: Callable[[], list[NodeState]],
+    def __init__(self, spec: LadderTrialSpec, node_source: NodeSource,
                  clock: Callable[[], float]) -> None:
-        self._source = source
+        self._node_source = node_source
         self._clock = clock
         self._read_nodes: list[NodeState] = []
-        self.view = CapacityView(spec.trial_ladder, require_available=True, source=self._read)
+        self.view = CapacityView(spec.trial_ladder, require_available=True,
+                                 node_source=self._read)
         self.interval_s = spec.ladder.policy.probe_interval_s
         self.state: tuple[CapacitySnapshot, list[NodeState], float] | None = None
         self._lock = threading.Lock()
@@ -39,7 +45,7 @@ class View:
         self._thread: threading.Thread | None = None
 
     def _read(self) -> list[NodeState]:
-        self._read_nodes = list(self._source())
+        self._read_nodes = list(self._node_source())
         return self._read_nodes
 
     def refresh(self) -> CapacitySnapshot:
@@ -77,7 +83,7 @@ class View:
         import ray
 
         while not self._stop.wait(self.interval_s):
-            if self._source is ray_node_states and not ray.is_initialized():
+            if self._node_source is ray_node_states and not ray.is_initialized():
                 return  # the run is over and Ray shut down
             try:
                 self.refresh()

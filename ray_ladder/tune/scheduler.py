@@ -13,9 +13,8 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from ray_ladder.cluster import ray_private
-from ray_ladder.cluster.capacity import ray_node_states
+from ray_ladder.cluster.capacity import NodeSource, resolve_node_source
 from ray_ladder.core.events import Direction, TransitionEvent
-from ray_ladder.core.placement import NodeState
 from ray_ladder.core.selector import Selector
 from ray_ladder.tune import lifecycle
 from ray_ladder.tune._state import TrialState, View
@@ -57,7 +56,7 @@ class LadderScheduler(TrialScheduler):
         on_event: Called with each trial's real moves (default: log them at INFO).
         clock: Monotonic clock for the selectors.
         wall_clock: Wall clock for the history.
-        capacity_source: Node states (default: Ray's GCS); injectable for tests.
+        node_source: Node states (default: Ray's GCS); ``capacity_source=``, its old name, warns.
 
     Example:
         >>> scheduler = LadderScheduler(ASHAScheduler(metric="loss", mode="min"))
@@ -76,7 +75,8 @@ class LadderScheduler(TrialScheduler):
         on_event: Callable[[TransitionEvent], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
-        capacity_source: Callable[[], list[NodeState]] | None = None,
+        node_source: NodeSource | None = None,
+        capacity_source: NodeSource | None = None,
     ) -> None:
         super().__init__()
         if isinstance(base_scheduler, LadderScheduler):
@@ -85,7 +85,8 @@ class LadderScheduler(TrialScheduler):
         self.on_event = on_event
         self._clock = clock
         self._wall = wall_clock
-        self._source = capacity_source or ray_node_states
+        self._node_source = resolve_node_source(node_source, "LadderScheduler",
+                                                capacity_source=capacity_source)
         self._states: dict[str, TrialState] = {}
         self._views: dict[str, View] = {}
         self._specs: dict[str, LadderTrialSpec] = {}
@@ -287,7 +288,7 @@ class LadderScheduler(TrialScheduler):
     def _view(self, spec: LadderTrialSpec) -> View:
         view = self._views.get(spec.uid)
         if view is None:
-            view = self._views[spec.uid] = View(spec, self._source, self._clock)
+            view = self._views[spec.uid] = View(spec, self._node_source, self._clock)
         return view
 
     def _live(self, tune_controller: Any) -> list[tuple[Trial, TrialState]]:

@@ -88,6 +88,11 @@ def test_the_view_sees_units_taken_and_given_back() -> None:
     assert nodes.node(cpu).available == {"CPU": 0}
     nodes.free(cpu)
     assert nodes.node(cpu).available == nodes.node(cpu).total
+    nodes.kill(cpu)
+    nodes.free(cpu)  # what ran there died with it
+    assert nodes.node(cpu).available == {}
+    with pytest.raises(ValueError, match="cannot use"):
+        nodes.use(cpu, {"CPU": 1})
 
 
 def test_a_node_of_bare_resources_and_the_reads_count() -> None:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
-
 import pytest
 import ray.cloudpickle
 from hypothesis import given, settings
@@ -15,7 +12,7 @@ from ray.tune.schedulers import TrialScheduler
 
 from ray_ladder import Ladder
 from ray_ladder.core.exceptions import InvalidConstraintsError
-from ray_ladder.core.placement import NodeState
+from ray_ladder.testing import FakeNodes
 from ray_ladder.tune import (
     LadderScheduler,
     RungSpan,
@@ -39,43 +36,18 @@ LADDER = Ladder.from_dict({
         {"name": "shed", "kind": "shed", "quality": 0.0},
     ],
 })
-RUNG_NODE = {
-    "h100": ({"CPU": 1.0, "ladder/h100": 1.0}, {"ladder.rung": "h100"}),
-    "a100": ({"CPU": 1.0, "ladder/a100": 1.0}, {}),
-    "cpu": ({"CPU": 2.0}, {}),
-}
 
 
 def train_fn(config):
     return None
 
 
-class Cluster:
-    """Node states the scheduler reads; `use`/`free` model a trial taking a placement."""
-
-    def __init__(self, *rungs: str) -> None:
-        self.nodes: dict[str, NodeState] = {}
-        for rung in rungs:
-            self.add(rung)
-
-    def add(self, rung: str) -> str:
-        total, labels = RUNG_NODE[rung]
-        node_id = f"{rung}-{len(self.nodes)}"
-        self.nodes[node_id] = NodeState(node_id, True, total, dict(total), labels)
-        return node_id
-
-    def kill(self, rung: str) -> str:
-        node_id = next(k for k, n in self.nodes.items() if n.alive and k.startswith(rung))
-        self.nodes[node_id] = dataclasses.replace(self.nodes[node_id], alive=False)
-        return node_id
-
-    def use(self, node_id: str, bundle: Mapping[str, float]) -> None:
-        n = self.nodes[node_id]
-        avail = {k: v - bundle.get(k, 0.0) for k, v in n.available.items()}
-        self.nodes[node_id] = dataclasses.replace(n, available=avail)
-
-    def states(self) -> list[NodeState]:
-        return list(self.nodes.values())
+def fake_nodes(*rungs: str) -> FakeNodes:
+    """One node per rung named (ids ``<rung>-<n>``); a trial's placement uses its units."""
+    nodes = FakeNodes(LADDER)
+    for rung in rungs:
+        nodes.add(rung)
+    return nodes
 
 
 class FakeTrial:
@@ -115,17 +87,18 @@ class Controller:
 class Harness:
     """A scheduler, a fake controller and an injected cluster and clocks."""
 
-    def __init__(self, cluster: Cluster, constraints=None, base=None) -> None:
+    def __init__(self, cluster: FakeNodes, constraints=None, base=None) -> None:
         self.cluster = cluster
         self.now = [100.0]
         self.events = []
         self.sched = LadderScheduler(base, on_event=self.events.append,
                                      clock=lambda: self.now[0], wall_clock=lambda: self.now[0],
-                                     capacity_source=cluster.states)
+                                     node_source=cluster)
         self.ctrl = Controller()
         self.trainable = with_ladder(train_fn, LADDER, constraints)
         self.iteration: dict[str, int] = {}
         self.node: dict[str, str] = {}
+        self.bundle: dict[str, dict] = {}
 
     def add(self, trial_id: str = "t0", config: dict | None = None) -> FakeTrial:
         trial = FakeTrial(self.trainable, trial_id, config)
@@ -141,13 +114,15 @@ class Harness:
         return trial
 
     def start(self, trial: FakeTrial) -> str:
-        """The trial's actor starts on a node of its rung, which then is busy."""
-        node_id = next(k for k, n in self.cluster.nodes.items()
-                       if n.alive and k.startswith(trial.rung))
+        """The trial's actor starts on a node of its rung, which then is busy (its last
+        actor, stopped by now, gave its node back)."""
+        if trial.trial_id in self.node:
+            self.cluster.free(self.node[trial.trial_id], self.bundle[trial.trial_id])
+        node_id = self.cluster.node_ids(trial.rung)[0]
         bundle = trial.placement_group_factory.bundles[0]
         self.cluster.use(node_id, bundle)
         trial.status = Trial.RUNNING
-        self.node[trial.trial_id] = node_id
+        self.node[trial.trial_id], self.bundle[trial.trial_id] = node_id, bundle
         self.started = self.now[0]
         self.sched.refresh()
         return node_id
@@ -176,26 +151,26 @@ class Harness:
 
 
 def test_new_trial_takes_the_best_free_rung():
-    h = Harness(Cluster("h100", "a100", "cpu"))
+    h = Harness(fake_nodes("h100", "a100", "cpu"))
     assert h.add().rung == "h100"
 
 
 def test_busy_top_rung_sends_a_new_trial_lower():
-    cluster = Cluster("h100", "a100", "cpu")
-    cluster.use("h100-0", {"CPU": 1.0, "ladder/h100": 1.0})
+    cluster = fake_nodes("h100", "a100", "cpu")
+    cluster.use("h100-1", {"CPU": 1.0, "ladder/h100": 1.0})
     h = Harness(cluster)
     assert h.add().rung == "a100"
 
 
 def test_a_burst_of_trials_spreads_over_free_rungs():
-    h = Harness(Cluster("h100", "a100", "cpu"))
+    h = Harness(fake_nodes("h100", "a100", "cpu"))
     rungs = [h.add(f"t{i}").rung for i in range(3)]
     assert rungs == ["h100", "a100", "cpu"]
 
 
 def test_no_free_rung_holds_the_trial_until_one_frees():
-    cluster = Cluster("h100")
-    cluster.use("h100-0", {"CPU": 1.0, "ladder/h100": 1.0})
+    cluster = fake_nodes("h100")
+    cluster.use("h100-1", {"CPU": 1.0, "ladder/h100": 1.0})
     h = Harness(cluster)
     trial = h.add()
     assert h.choose() is None
@@ -207,12 +182,12 @@ def test_no_free_rung_holds_the_trial_until_one_frees():
 
 
 def test_fall_on_lost_node_goes_to_best_obtainable_rung():
-    h = Harness(Cluster("h100", "a100", "cpu"))
+    h = Harness(fake_nodes("h100", "a100", "cpu"))
     trial = h.add()
     h.start(trial)
     h.result(trial, checkpoint=True)
     h.now[0] += 30
-    h.cluster.kill("h100")
+    h.cluster.kill("h100-1")
     h.fail(trial)
     assert trial.rung == "a100" and trial.status == Trial.PENDING
     span = h.sched.history("t0")[0]
@@ -221,7 +196,7 @@ def test_fall_on_lost_node_goes_to_best_obtainable_rung():
 
 
 def test_failure_on_a_healthy_node_stays_on_its_rung():
-    h = Harness(Cluster("h100", "a100"))
+    h = Harness(fake_nodes("h100", "a100"))
     trial = h.add()
     h.start(trial)  # h100 now shows busy: the failed trial's own placement
     h.result(trial)
@@ -231,7 +206,7 @@ def test_failure_on_a_healthy_node_stays_on_its_rung():
 
 
 def climbing_harness() -> tuple[Harness, FakeTrial]:
-    h = Harness(Cluster("a100", "cpu"))
+    h = Harness(fake_nodes("a100", "cpu"))
     trial = h.add()
     assert trial.rung == "a100"
     h.start(trial)
@@ -263,7 +238,7 @@ def test_climb_target_lost_before_the_move_resumes_where_it_was():
     h.observe()
     h.observe()
     assert h.result(trial, checkpoint=True) == TrialScheduler.PAUSE
-    h.cluster.kill("h100")
+    h.cluster.kill("h100-1")
     h.sched.refresh()
     assert h.choose() is trial and trial.rung == "a100"  # its own slot counts as free
 
@@ -274,48 +249,48 @@ def test_base_scheduler_decisions_stand():
         def on_trial_result(self, *a): return TrialScheduler.STOP
         def choose_trial_to_run(self, *a): return None
 
-    h = Harness(Cluster("a100", "cpu", "h100"), base=Stopper())
-    h.cluster.use("h100-2", {"CPU": 1.0, "ladder/h100": 1.0})
+    h = Harness(fake_nodes("a100", "cpu", "h100"), base=Stopper())
+    h.cluster.use("h100-1", {"CPU": 1.0, "ladder/h100": 1.0})
     trial = h.add()
     h.start(trial)
     assert h.result(trial, checkpoint=True) == TrialScheduler.STOP
 
 
 def test_residency_eu_trial_skips_the_us_rung():
-    h = Harness(Cluster("h100", "a100", "cpu"), constraints={"jurisdiction": "eu"})
+    h = Harness(fake_nodes("h100", "a100", "cpu"), constraints={"jurisdiction": "eu"})
     trial = h.add()
     h.start(trial)
     h.result(trial, checkpoint=True)
-    h.cluster.kill("h100")
+    h.cluster.kill("h100-1")
     h.fail(trial)
     assert trial.rung == "cpu"
 
 
 def test_preempted_trial_with_no_free_rung_is_held_then_placed():
-    cluster = Cluster("h100", "a100", "cpu")
-    cluster.use("cpu-2", {"CPU": 2.0})  # the only other EU rung is busy
+    cluster = fake_nodes("h100", "a100", "cpu")
+    cluster.use("cpu-1", {"CPU": 2.0})  # the only other EU rung is busy
     h = Harness(cluster, constraints={"jurisdiction": "eu"})
     trial = h.add()
     h.start(trial)
     h.result(trial, checkpoint=True)
-    cluster.kill("h100")
+    cluster.kill("h100-1")
     h.fail(trial)
     assert trial.status == Trial.PAUSED  # held, not queued on the dead h100
     assert h.choose() is None
-    cluster.use("cpu-2", {"CPU": -2.0})  # the CPU rung frees up
+    cluster.free("cpu-1")  # the CPU rung frees up
     h.sched.refresh()
     assert h.choose() is trial and trial.rung == "cpu"
 
 
 def test_per_trial_constraints_from_config():
-    h = Harness(Cluster("a100", "cpu"),
+    h = Harness(fake_nodes("a100", "cpu"),
                 constraints=lambda config: {"jurisdiction": config["region"]})
     assert h.add("eu", {"region": "eu"}).rung == "cpu"
     assert h.add("us", {"region": "us"}).rung == "a100"
 
 
 def alive(h: Harness, rung: str) -> bool:
-    return any(k.startswith(rung) and n.alive for k, n in h.cluster.nodes.items())
+    return bool(h.cluster.node_ids(rung))
 
 
 @settings(max_examples=60, deadline=None)
@@ -323,11 +298,11 @@ def alive(h: Harness, rung: str) -> bool:
                           st.sampled_from(["h100", "a100", "cpu"])), max_size=25))
 def test_residency_holds_whatever_capacity_does(steps):
     """Kills, adds, results, checkpoints and failures in any order: never off the EU rungs."""
-    h = Harness(Cluster("h100", "a100", "cpu"), constraints={"jurisdiction": "eu"})
+    h = Harness(fake_nodes("h100", "a100", "cpu"), constraints={"jurisdiction": "eu"})
     trial = h.add()
     for op, rung in steps:
         if op == "kill" and alive(h, rung):
-            h.cluster.kill(rung)
+            h.cluster.kill(h.cluster.node_ids(rung)[0])
         elif op == "add":
             h.cluster.add(rung)
         elif op in ("result", "checkpoint") and trial.status == Trial.RUNNING:
@@ -342,12 +317,12 @@ def test_residency_holds_whatever_capacity_does(steps):
 
 
 def test_summary_has_time_and_cost_per_rung():
-    h = Harness(Cluster("h100", "a100"))
+    h = Harness(fake_nodes("h100", "a100"))
     trial = h.add()
     h.start(trial)
     h.result(trial, checkpoint=True)
     h.now[0] += 1800
-    h.cluster.kill("h100")
+    h.cluster.kill("h100-1")
     h.fail(trial)
     h.start(trial)
     h.result(trial)
@@ -422,3 +397,10 @@ def test_tuner_is_a_tune_tuner(tmp_path):
     internal = tuner._local_tuner
     assert isinstance(internal._tune_config.scheduler, LadderScheduler)
     assert internal._run_config.callbacks[-1] is internal._tune_config.scheduler.callback
+
+
+def test_the_old_capacity_source_keyword_still_works_for_a_release_and_warns():
+    nodes = fake_nodes("a100")
+    with pytest.warns(DeprecationWarning, match=r"LadderScheduler\(capacity_source=.*node_source="):
+        sched = LadderScheduler(capacity_source=nodes)
+    assert sched._node_source is nodes
