@@ -121,7 +121,7 @@ class GangPlanner:
     def exhausted(self, capacity: dict[str, GangCapacity], waited_s: float,
                   now: float) -> LadderExhaustedError:
         """The typed answer when no eligible gang fit for ``waited_s``: one attempt a rung."""
-        attempts = [Attempt(name, f"{c.why()} (waited {waited_s:.0f}s)", now)
-                    for name, c in capacity.items()]
+        attempts = [Attempt(name, f"{c.why()} (waited {waited_s:.0f}s)", now,
+                            cause="unobtainable") for name, c in capacity.items()]
         return LadderExhaustedError(self.ladder.name, attempts,
                                     self.ladder.policy.retry_after_s)
