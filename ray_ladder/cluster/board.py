@@ -13,7 +13,7 @@ from typing import Any
 from ray_ladder.cluster import event_store, metrics
 from ray_ladder.cluster.event_log import record_event
 from ray_ladder.core.constraints import Constraints
-from ray_ladder.core.exceptions import Attempt
+from ray_ladder.core.exceptions import Attempt, AttemptCause
 from ray_ladder.core.selector import Selector
 from ray_ladder.core.spec import Ladder
 
@@ -186,10 +186,12 @@ class LadderBoard:
             self._inc("ladder_quality_points", n * ladder.rung(rung).quality,
                       ladder=name, part=part)
 
-    def attempt_failed(self, ladder: str, rung: str, reason: str) -> None:
-        """One failed attempt on ``rung`` (``reason``: the failure's text)."""
+    def attempt_failed(self, ladder: str, rung: str, cause: AttemptCause,
+                       error: str | None = None) -> None:
+        """One failed attempt on ``rung``: its ``Attempt.cause`` and ``Attempt.error``
+        make the label (:func:`metrics.failure_label`), never its reason sentence."""
         self._inc("ladder_attempt_failures", ladder=ladder, part=self.part, rung=rung,
-                    reason=metrics.failure_reason(reason))
+                  reason=metrics.failure_label(cause, error))
 
     def hedged(self, ladder: str, rung: str) -> None:
         """One request ``rung`` was slow to take, copied to another rung."""
@@ -199,10 +201,9 @@ class LadderBoard:
                       attempts: Sequence[Attempt]) -> None:
         """One ``@ladder_task`` call ended on ``rung`` (None: it did not run to an answer)
         after ``attempts`` (its failed attempts, then what exhaustion added)."""
-        failed = [a for a in attempts
-                  if a.rung is not None and not a.reason.startswith("not used (")]
-        for attempt in failed:
-            self.attempt_failed(ladder.name, str(attempt.rung), attempt.reason)
+        for attempt in attempts:
+            if attempt.rung is not None and attempt.cause != "not_used":
+                self.attempt_failed(ladder.name, attempt.rung, attempt.cause, attempt.error)
         if rung is None:
             rung = EXHAUSTED if attempts and attempts[-1].rung is None else ERROR
         self.answered(user, ladder, rung)

@@ -63,7 +63,7 @@ def record_event(event: dict[str, Any], *, part: str, source: str, **fields: Any
     if kind == "transition":
         metrics.inc("ladder_transitions", ladder=ladder, part=part,
                     direction=event.get("direction") or "none",
-                    reason=metrics.transition_reason(event))
+                    reason=metrics.transition_label(event))
     elif kind == "alert":
         metrics.inc("ladder_alerts", ladder=ladder, part=part)
     elif kind == "stockout":

@@ -252,7 +252,8 @@ class StoreWriter:
 def read_events(kv: Kv, *, ladder: str | None = None, since: float | None = None
                 ) -> list[dict[str, Any]]:
     """Every stored event (optionally of one ladder, at or after wall time ``since``),
-    oldest first.
+    oldest first. An event stored before causes were data gets ``cause: "other"`` (its
+    reason sentence is never parsed for one).
 
     Example:
         >>> read_events(MemoryKv())
@@ -267,6 +268,7 @@ def read_events(kv: Kv, *, ladder: str | None = None, since: float | None = None
                 continue
             if since is not None and float(event.get("wall") or 0.0) < since:
                 continue
+            event.setdefault("cause", "other")
             out.append(event)
     out.sort(key=lambda e: (float(e.get("wall") or 0.0), str(e.get("id"))))
     return out

@@ -8,12 +8,14 @@ is not initialized (unit tests, the simulator, the CLI) they do nothing.
 
 from __future__ import annotations
 
-import re
 import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from ray_ladder.core.events import TRANSITION_CAUSES
+from ray_ladder.core.exceptions import ATTEMPT_CAUSES
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,8 @@ METRICS: tuple[MetricSpec, ...] = (
                "Requests or calls refused because every eligible rung was gone", "serve, task"),
     MetricSpec("ladder_attempt_failures", "counter", (_L, _P, _R, "reason"),
                "Failed attempts per rung; reason `timeout`, `rung_down`, `unobtainable`, "
-               "`busy`, Ray's error class, or `other`", "serve, task"),
+               "`busy`, the error's class (Ray's, or a `fallback_on` one), or `other`",
+               "serve, task"),
     MetricSpec("ladder_hedges", "counter", (_L, _R),
                "Requests copied to another rung because no replica of `rung` took them "
                "within `assign_timeout_s` (a hedge; the first answer wins)", "serve"),
@@ -159,52 +162,34 @@ def set_gauge(name: str, value: float, **tags: Any) -> None:
         metric.set(value, tags=checked)
 
 
-def transition_reason(event: Mapping[str, Any]) -> str:
-    """The low-cardinality reason label of a transition event (a dict with ``from``,
-    ``to``, ``direction``, ``reason``).
+def transition_label(event: Mapping[str, Any]) -> str:
+    """The ``reason`` label of ``ladder_transitions`` for a transition event (a dict of
+    :meth:`TransitionEvent.to_dict`): its ``cause``, never its sentence. An event written
+    before causes were data (read back from Ray's KV) has none: ``other``.
 
     Example:
-        >>> transition_reason({"from": "h100", "to": "a100", "direction": "down",
-        ...                    "reason": "h100 unobtainable"})
+        >>> transition_label({"reason": "h100 gone, reworded", "cause": "lost"})
         'lost'
-        >>> transition_reason({"from": "a100", "to": "h100", "direction": "up",
-        ...                    "reason": "h100 obtainable for 2 observation(s)"})
-        'promoted'
+        >>> transition_label({"reason": "h100 unobtainable"})  # an older event
+        'other'
     """
-    reason = str(event.get("reason") or "")
-    if event.get("to") is None:
-        return "exhausted"
-    if event.get("from") is None:
-        return "returned" if event.get("direction") == "up" else "first"
-    if "preemption notice" in reason:  # core.placement.PREEMPTION_NOTICE: a drain
-        return "preemption_notice"
-    if "unobtainable" in reason or "lost" in reason or "failed" in reason:
-        return "lost"
-    if "obtainable for" in reason or "climb" in reason or "capacity free" in reason:
-        return "promoted"
-    return "other"
+    cause = event.get("cause")
+    return cause if isinstance(cause, str) and cause in TRANSITION_CAUSES else "other"
 
 
-_ERROR_CLASS = re.compile(r"^([A-Z][A-Za-z0-9_]*(?:Error|Exception|Exit))\b")
-
-
-def failure_reason(reason: str) -> str:
-    """The low-cardinality reason label of a failed attempt's reason text.
+def failure_label(cause: str, error: str | None = None) -> str:
+    """The ``reason`` label of ``ladder_attempt_failures`` for a failed attempt's
+    ``Attempt.cause`` and ``Attempt.error``: the error's class for ``failed`` (when
+    known), else the cause (``other`` for one that is no :data:`AttemptCause`).
 
     Example:
-        >>> failure_reason("no replica took the request within 5s")
+        >>> failure_label("timeout")
         'timeout'
-        >>> failure_reason("NodeDiedError: the node running it died")
+        >>> failure_label("failed", "NodeDiedError")
         'NodeDiedError'
+        >>> failure_label("failed")
+        'other'
     """
-    text = reason.lower()
-    if text.startswith("busy"):
-        return "busy"
-    if "within" in text or "timed out" in text or "timeout" in text:
-        return "timeout"
-    if "went down" in text or "marked down" in text:
-        return "rung_down"
-    if "unobtainable" in text:
-        return "unobtainable"
-    match = _ERROR_CLASS.match(reason)
-    return match.group(1) if match else "other"
+    if cause == "failed":
+        return error or "other"
+    return cause if cause in ATTEMPT_CAUSES else "other"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ray_ladder.cluster.capacity import CapacityView
-from ray_ladder.cluster.metrics import transition_reason
+from ray_ladder.cluster.metrics import transition_label
 from ray_ladder.core.placement import PREEMPTION_NOTICE, NodeState, rung_capacity
 from ray_ladder.core.selector import Selector
 from ray_ladder.core.spec import Ladder
@@ -55,16 +55,18 @@ def test_selector_falls_at_once_names_the_notice_and_never_climbs_while_draining
     nodes = [_node("n1", "ladder/h100", True, 10.0), _node("n2", "ladder/a100")]
     snap = CapacityView(LADDER, source=lambda: nodes, follow_hook=False,
                         wall_clock=lambda: 0.0).refresh()
-    decision = sel.observe(snap.obtainable, now=1, why=snap.held)
+    decision = sel.observe(snap.obtainable, now=1, why=snap.held, going=snap.going_away)
     assert decision.rung == "a100" and decision.direction == "down"
     assert PREEMPTION_NOTICE in decision.reason
     event = decision.event("notice")
-    assert event is not None and transition_reason(event.to_dict()) == "preemption_notice"
+    assert event is not None and transition_label(event.to_dict()) == "preemption_notice"
     for t in range(2, 10):  # hysteresis never counts a going-away rung
         assert sel.observe(snap.obtainable, now=t, why=snap.held).rung == "a100"
     # A fall on a dead node keeps its plain label.
-    assert transition_reason({"from": "h100", "to": "a100", "direction": "down",
-                              "reason": "h100 unobtainable"}) == "lost"
+    dead = Selector(LADDER)
+    dead.observe({"h100": True, "a100": True}, now=0)
+    fall = dead.observe({"a100": True}, now=1).event("notice")
+    assert fall is not None and transition_label(fall.to_dict()) == "lost"
 
 
 def _router(running: dict[str, int]) -> RouterState:
