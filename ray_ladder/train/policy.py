@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ray_ladder.cluster import ray_private_train as ray_train
-from ray_ladder.cluster.capacity import ray_node_states
+from ray_ladder.cluster.capacity import NodeSource, resolve_node_source
 from ray_ladder.cluster.errors import is_rung_gone
 from ray_ladder.cluster.event_log import log_event, show_events_on_stderr
 from ray_ladder.core.constraints import Constraints
-from ray_ladder.core.events import Direction, TransitionCause, TransitionEvent
+from ray_ladder.core.events import Direction, TransitionEvent
 from ray_ladder.core.placement import PREEMPTION_NOTICE, NodeState
 from ray_ladder.core.spec import Ladder
 from ray_ladder.train.channel import Channel
@@ -79,7 +79,7 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         scaling_config: The top rung's ``ScalingConfig`` (what Ray Train asks the
             autoscaler for, and the placement strategy).
         spec: The run's :class:`PolicySpec`.
-        nodes: Node states (default: Ray's GCS view); injectable for tests.
+        node_source: Node states (default: Ray's GCS view); ``nodes=``, its old name, warns.
         clock: Monotonic clock for the selector; ``wall_clock`` for history and events.
 
     Example:
@@ -88,14 +88,15 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
     """
 
     def __init__(self, scaling_config: Any, spec: PolicySpec, *,
-                 nodes: Callable[[], list[NodeState]] | None = None,
+                 node_source: NodeSource | None = None,
+                 nodes: NodeSource | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  wall_clock: Callable[[], float] = time.time) -> None:
         super().__init__(scaling_config)
         self.spec = spec
         self.planner = GangPlanner(spec.ladder, spec.constraints, strategy=spec.strategy)
         self.channel = Channel(spec.run_id)
-        self._nodes = nodes or ray_node_states
+        self._nodes = resolve_node_source(node_source, "LadderScalingPolicy", nodes=nodes)
         self._clock = clock
         self._wall = wall_clock
         self.placed: str | None = None  # the rung of the group being started or running
@@ -112,7 +113,6 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         self.last_wait_log = float("-inf")
         self.summary = LadderSummary(spec.ladder.name, self.planner.top)
         self._why_next = "first placement"
-        self._cause_next: TransitionCause = "first"  # the cause that goes with _why_next
 
     # --- what Ray Train's controller asks --------------------------------------------------
 
@@ -130,7 +130,7 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
             return self._wait(placement.capacity, now)
         self.waiting_since = None
         free = ", ".join(placement.free()) or "none"
-        self._move(placement.rung, f"{self._why_next}; free: {free}", self._cause_next)
+        self._move(placement.rung, f"{self._why_next}; free: {free}")
         return self._resize(placement.rung)
 
     def make_decision_for_running_worker_group(self, worker_group_state: Any,
@@ -147,8 +147,7 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
             self.asking = None
             if capacity.obtainable:
                 self._move(target, f"climb at checkpoint; {target} obtainable for "
-                                   f"{self.planner.selector.hysteresis} observation(s)",
-                           "promoted")
+                                   f"{self.planner.selector.hysteresis} observation(s)")
                 return self._resize(target)
             self.channel.cancel_climb(self.request_id)
             logger.info("ladder %s: %s went away before the climb (%s); staying on %s",
@@ -205,15 +204,13 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         elif name == "RESTARTING":
             why = self._failed(error)
             close_last(spans, wall, why)
-            self._why_next, self._cause_next = f"{self.placed} {why}", "lost"
+            self._why_next = f"{self.placed} {why}"
             if getattr(error, "preemption_info", None) is not None:
                 self._why_next = f"{self.placed} {self._notice_reason()}"
-                self._cause_next = "preemption_notice"
             elif why == "preempted":  # killed at a drain's deadline Ray Train never saw
                 self._why_next = f"{self.placed} preempted: node lost, its notice unseen"
         elif name == "RESCHEDULING":
             self._why_next = f"{self.placed} could not be scheduled"
-            self._cause_next = "other"
         elif name == "RESIZING":
             close_last(spans, wall, f"climbed to {self.placed}")
         elif name == "SHUTTING_DOWN":
@@ -338,15 +335,13 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         except Exception:  # the GCS may be slow to answer right after a node died
             return []
 
-    def _move(self, rung: str, reason: str, cause: TransitionCause) -> None:
+    def _move(self, rung: str, reason: str) -> None:
         previous, self.placed = self.placed, rung
-        if previous is None:
-            cause = "first"
         direction: Direction | None = None
         if previous is not None and previous != rung:
             direction = "down" if self.planner.index(rung) > self.planner.index(previous) else "up"
         event = TransitionEvent(self._wall(), self.spec.ladder.name, previous, rung, direction,
-                                reason, cause=cause)
+                                reason)
         self.summary.events.append(event.to_dict())
         log_event(event, run=self.spec.run_name)
         self._publish()

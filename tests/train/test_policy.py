@@ -25,8 +25,9 @@ from ray.train.v2.api.exceptions import PreemptionError, WorkerGroupError
 from ray.train.v2.api.preemption import PreemptionInfo
 
 from ray_ladder import Constraints, Ladder, LadderExhaustedError
-from ray_ladder.cluster.metrics import transition_label
-from ray_ladder.core.placement import PREEMPTION_NOTICE, NodeState
+from ray_ladder.cluster.metrics import transition_reason
+from ray_ladder.core.placement import PREEMPTION_NOTICE
+from ray_ladder.testing import FakeNodes
 from ray_ladder.train import policy as policy_module
 from ray_ladder.train.policy import GroupWatch, LadderScalingPolicy, PolicySpec
 
@@ -43,25 +44,21 @@ rungs:
 """)
 
 
-class Cluster:
-    """Fake nodes whose availability follows the worker group the policy starts."""
+def cluster_nodes() -> FakeNodes:
+    """Three nodes: ``big`` (8 H100s, pool big), ``a1`` and ``a2`` (4 A100s each); a test
+    makes their availability follow the worker group the policy starts."""
+    nodes = FakeNodes()
+    nodes.add({"ladder/h100": 8}, node_id="big", labels={"pool": "big"})
+    for node_id in ("a1", "a2"):
+        nodes.add({"ladder/a100": 4}, node_id=node_id)
+    return nodes
 
-    def __init__(self) -> None:
-        self.nodes = {"big": NodeState("big", True, {"ladder/h100": 8}, {"ladder/h100": 8},
-                                       {"pool": "big"}),
-                      "a1": NodeState("a1", True, {"ladder/a100": 4}, {"ladder/a100": 4}),
-                      "a2": NodeState("a2", True, {"ladder/a100": 4}, {"ladder/a100": 4})}
 
-    def __call__(self) -> list[NodeState]:
-        return list(self.nodes.values())
-
-    def kill(self, node_id: str) -> None:
-        n = self.nodes[node_id]
-        self.nodes[node_id] = NodeState(n.node_id, False, n.total, {}, n.labels)
-
-    def use(self, node_id: str, free: dict[str, float]) -> None:
-        n = self.nodes[node_id]
-        self.nodes[node_id] = NodeState(n.node_id, n.alive, n.total, free, n.labels)
+def come_back(nodes: FakeNodes, node_id: str) -> None:
+    """The killed node returns, idle, under its id."""
+    node = nodes.node(node_id)
+    nodes.remove(node_id)
+    nodes.add(node.total, node_id=node_id, labels=node.labels)
 
 
 def group(*placements: tuple[str, dict[str, float]]) -> Any:
@@ -70,12 +67,12 @@ def group(*placements: tuple[str, dict[str, float]]) -> Any:
                                                     resources=r) for n, r in placements])
 
 
-def make(cluster: Cluster, constraints: Constraints | None = None,
+def make(cluster: FakeNodes, constraints: Constraints | None = None,
          max_wait_s: float | None = 300.0) -> LadderScalingPolicy:
     clock = iter(range(10_000))
     policy = LadderScalingPolicy(SimpleNamespace(num_workers=4),
                                  PolicySpec(LADDER, constraints, "run1", max_wait_s=max_wait_s),
-                                 nodes=cluster, clock=lambda: float(next(clock)),
+                                 node_source=cluster, clock=lambda: float(next(clock)),
                                  wall_clock=lambda: 1000.0)
     policy._maybe_send_resource_request = lambda: None  # no autoscaler here
     policy_module._LIVE["run1"] = policy  # what after_controller_start does in the controller
@@ -92,7 +89,7 @@ def start(policy: LadderScalingPolicy, decision: Any, workers: Any) -> None:
 
 
 def test_starts_on_the_best_gang_with_its_label_selector(kv: dict[str, str]) -> None:
-    policy = make(Cluster())
+    policy = make(cluster_nodes())
     decision = policy.make_decision_for_non_running_worker_group()
     assert isinstance(decision, ResizeDecision)
     assert (decision.num_workers, decision.resources_per_worker) == (4, {"ladder/h100": 2.0})
@@ -101,17 +98,16 @@ def test_starts_on_the_best_gang_with_its_label_selector(kv: dict[str, str]) -> 
     event = policy.summary.events[0]
     assert (event["from"], event["to"]) == (None, "h100x8")
     assert "first placement; free: h100x8, a100x8, a100x4" in event["reason"]
-    assert event["cause"] == "first"
     summary = json.loads(kv["train/run1/summary"])
     assert summary["events"][0]["to"] == "h100x8"
 
 
 def test_a_lost_node_restarts_the_group_on_the_next_gang_without_it(kv: dict[str, str]) -> None:
-    cluster = Cluster()
+    cluster = cluster_nodes()
     policy = make(cluster)
     start(policy, policy.make_decision_for_non_running_worker_group(),
           group(*[("big", {"ladder/h100": 2.0})] * 4))
-    cluster.use("big", {})
+    cluster.use("big")
     assert isinstance(policy.make_decision_for_running_worker_group(
         group(*[("big", {"ladder/h100": 2.0})] * 4), None), NoopDecision)
     # SIGKILL: Ray Train sees its workers die; the GCS still shows the node alive.
@@ -124,15 +120,14 @@ def test_a_lost_node_restarts_the_group_on_the_next_gang_without_it(kv: dict[str
     assert policy.on_controller_start_worker_group(scaling_config=None, num_workers=4) is None
     assert policy.summary.events[-1]["direction"] == "down"
     assert "h100x8 workers lost; free: a100x8, a100x4" in policy.summary.events[-1]["reason"]
-    assert policy.summary.events[-1]["cause"] == "lost"
 
 
 def test_a_failure_of_the_code_restarts_in_the_same_shape(kv: dict[str, str]) -> None:
-    cluster = Cluster()
+    cluster = cluster_nodes()
     policy = make(cluster)
     start(policy, policy.make_decision_for_non_running_worker_group(),
           group(*[("big", {"ladder/h100": 2.0})] * 4))
-    cluster.use("big", {})  # its own group still holds the node at the restart decision
+    cluster.use("big")  # its own group still holds the node at the restart decision
     error = WorkerGroupError("bug", {0: ValueError("my bug")})
     policy.after_controller_state_update(RunningState(), RestartingState(error))
     assert policy.summary.spans[-1].ended_by == "workers failed" and not policy.suspects
@@ -141,7 +136,7 @@ def test_a_failure_of_the_code_restarts_in_the_same_shape(kv: dict[str, str]) ->
 
 
 def test_a_preemption_notice_leaves_the_drained_node_out(kv: dict[str, str]) -> None:
-    policy = make(Cluster())
+    policy = make(cluster_nodes())
     start(policy, policy.make_decision_for_non_running_worker_group(),
           group(*[("big", {"ladder/h100": 2.0})] * 4))
     info = PreemptionInfo(deadline_ms=None, preempted_node_to_ranks={"big": [0, 1, 2, 3]})
@@ -152,15 +147,14 @@ def test_a_preemption_notice_leaves_the_drained_node_out(kv: dict[str, str]) -> 
 
 
 def test_climbs_at_a_checkpoint_the_workers_wait_at(kv: dict[str, str]) -> None:
-    cluster = Cluster()
+    cluster = cluster_nodes()
     cluster.kill("big")
     policy = make(cluster)
     a100 = group(("a1", {"ladder/a100": 2.0}), ("a1", {"ladder/a100": 2.0}),
                  ("a2", {"ladder/a100": 2.0}), ("a2", {"ladder/a100": 2.0}))
     start(policy, policy.make_decision_for_non_running_worker_group(), a100)
     assert policy.placed == "a100x8"
-    cluster.nodes["big"] = NodeState("big", True, {"ladder/h100": 8}, {"ladder/h100": 8},
-                                     {"pool": "big"})
+    come_back(cluster, "big")
     policy.make_decision_for_running_worker_group(a100, None)  # 1st observation
     assert "train/run1/climb" not in kv
     assert isinstance(policy.make_decision_for_running_worker_group(a100, None), NoopDecision)
@@ -177,21 +171,19 @@ def test_climbs_at_a_checkpoint_the_workers_wait_at(kv: dict[str, str]) -> None:
     assert policy.summary.spans[-1].ended_by == "climbed to h100x8"
     assert policy.summary.events[-1]["direction"] == "up"
     assert "climb at checkpoint" in policy.summary.events[-1]["reason"]
-    assert policy.summary.events[-1]["cause"] == "promoted"
 
 
 def test_a_climb_whose_rung_went_away_is_cancelled(kv: dict[str, str]) -> None:
-    cluster = Cluster()
+    cluster = cluster_nodes()
     policy = make(cluster)
-    big = cluster.nodes["big"]
     cluster.kill("big")
     a100 = group(*[("a1", {"ladder/a100": 2.0})] * 2, *[("a2", {"ladder/a100": 2.0})] * 2)
     start(policy, policy.make_decision_for_non_running_worker_group(), a100)
-    cluster.nodes["big"] = big
+    come_back(cluster, "big")
     policy.make_decision_for_running_worker_group(a100, None)
     policy.make_decision_for_running_worker_group(a100, None)
     assert json.loads(kv["train/run1/climb"])["to"] == "h100x8"
-    cluster.use("big", {"ladder/h100": 2})  # someone else took it
+    cluster.use("big", {"ladder/h100": 6})  # someone else took it
     kv["train/run1/parked"] = "1"
     assert isinstance(policy.make_decision_for_running_worker_group(a100, None), NoopDecision)
     assert json.loads(kv["train/run1/climb"])["cancelled"] is True  # the workers go on
@@ -199,7 +191,7 @@ def test_a_climb_whose_rung_went_away_is_cancelled(kv: dict[str, str]) -> None:
 
 
 def test_constraints_hold_at_every_placement(kv: dict[str, str]) -> None:
-    cluster = Cluster()
+    cluster = cluster_nodes()
     policy = make(cluster, Constraints(jurisdiction="eu"))
     decision = policy.make_decision_for_non_running_worker_group()
     assert decision.resources_per_worker == {"ladder/a100": 2.0}  # big is free, but us
@@ -211,7 +203,7 @@ def test_constraints_hold_at_every_placement(kv: dict[str, str]) -> None:
 
 
 def test_waits_when_no_gang_fits_then_raises_exhausted(kv: dict[str, str]) -> None:
-    cluster = Cluster()
+    cluster = cluster_nodes()
     for n in ("big", "a1", "a2"):
         cluster.kill(n)
     waiting = make(cluster)
@@ -224,7 +216,7 @@ def test_waits_when_no_gang_fits_then_raises_exhausted(kv: dict[str, str]) -> No
 
 
 def test_the_history_closes_with_the_end_of_the_run(kv: dict[str, str]) -> None:
-    policy = make(Cluster())
+    policy = make(cluster_nodes())
     start(policy, policy.make_decision_for_non_running_worker_group(),
           group(*[("big", {"ladder/h100": 2.0})] * 4))
     policy.after_controller_state_update(RunningState(), ShuttingDownState(FinishedState()))
@@ -248,7 +240,7 @@ def _waiting(state: Any, grace_s: float = 0.0) -> bool:
 
 
 def test_a_notice_moves_the_run_at_the_next_committed_checkpoint(kv: dict[str, str]) -> None:
-    policy = make(Cluster())
+    policy = make(cluster_nodes())
     big = group(*[("big", {"ladder/h100": 2.0})] * 4)
     start(policy, policy.make_decision_for_non_running_worker_group(), big)
     entered = PreemptingState(_notice(), time.time())
@@ -273,7 +265,7 @@ def test_a_notice_moves_the_run_at_the_next_committed_checkpoint(kv: dict[str, s
     assert event["reason"].startswith(f"h100x8 {PREEMPTION_NOTICE}: moved at a committed "
                                       "checkpoint, ")
     assert "s before the deadline; free: a100x8, a100x4" in event["reason"]
-    assert transition_label(event) == "preemption_notice"
+    assert transition_reason(event) == "preemption_notice"
     assert "train/run1/climb" not in kv and "train/run1/parked" not in kv
 
 
@@ -281,7 +273,7 @@ def test_ending_the_wait_leaves_room_for_the_runs_preemption_grace(kv: dict[str,
     clock = iter(range(10_000))
     policy = LadderScalingPolicy(SimpleNamespace(num_workers=4),
                                  PolicySpec(LADDER, None, "run1", preemption_grace_s=30.0),
-                                 nodes=Cluster(), clock=lambda: float(next(clock)))
+                                 node_source=cluster_nodes(), clock=lambda: float(next(clock)))
     policy._maybe_send_resource_request = lambda: None
     start(policy, policy.make_decision_for_non_running_worker_group(),
           group(*[("big", {"ladder/h100": 2.0})] * 4))
@@ -295,13 +287,12 @@ def test_ending_the_wait_leaves_room_for_the_runs_preemption_grace(kv: dict[str,
 
 def _asking_to_climb() -> LadderScalingPolicy:
     """A run on a100x8 whose policy asks (request 1) to climb to the returned h100x8."""
-    cluster = Cluster()
-    big = cluster.nodes["big"]
+    cluster = cluster_nodes()
     cluster.kill("big")
     policy = make(cluster)
     a100 = group(*[("a1", {"ladder/a100": 2.0})] * 2, *[("a2", {"ladder/a100": 2.0})] * 2)
     start(policy, policy.make_decision_for_non_running_worker_group(), a100)
-    cluster.nodes["big"] = big
+    come_back(cluster, "big")
     policy.make_decision_for_running_worker_group(a100, None)
     policy.make_decision_for_running_worker_group(a100, None)
     return policy
@@ -340,7 +331,7 @@ def test_workers_stopped_for_a_climb_move_at_once_on_a_notice(kv: dict[str, str]
 
 def test_a_run_that_never_stops_at_a_checkpoint_restarts_at_the_deadline(
         kv: dict[str, str]) -> None:
-    policy = make(Cluster())
+    policy = make(cluster_nodes())
     start(policy, policy.make_decision_for_non_running_worker_group(),
           group(*[("big", {"ladder/h100": 2.0})] * 4))
     entered = PreemptingState(_notice(deadline_in_s=0.5), time.time())
@@ -354,13 +345,12 @@ def test_a_run_that_never_stops_at_a_checkpoint_restarts_at_the_deadline(
     event = policy.summary.events[-1]
     assert event["reason"].startswith(f"h100x8 {PREEMPTION_NOTICE}: restarted at the "
                                       "drain's deadline; free: a100x8")
-    assert event["cause"] == "preemption_notice"
     assert policy.summary.spans[-1].ended_by == "preempted"
 
 
 def test_a_preempted_death_without_a_notice_seen_is_a_loss(kv: dict[str, str]) -> None:
     # The node was drained and killed at its deadline before Ray Train's watcher polled.
-    policy = make(Cluster())
+    policy = make(cluster_nodes())
     start(policy, policy.make_decision_for_non_running_worker_group(),
           group(*[("big", {"ladder/h100": 2.0})] * 4))
     dead = RayActorError(error_msg="preempted", preempted=True)
@@ -370,4 +360,12 @@ def test_a_preempted_death_without_a_notice_seen_is_a_loss(kv: dict[str, str]) -
     policy.make_decision_for_non_running_worker_group()
     event = policy.summary.events[-1]
     assert event["reason"].startswith("h100x8 preempted: node lost, its notice unseen")
-    assert transition_label(event) == "lost"
+    assert transition_reason(event) == "lost"
+
+
+def test_the_old_nodes_keyword_still_works_for_a_release_and_warns(kv: dict[str, str]) -> None:
+    nodes = cluster_nodes()
+    with pytest.warns(DeprecationWarning, match=r"LadderScalingPolicy\(nodes=.*node_source="):
+        policy = LadderScalingPolicy(SimpleNamespace(num_workers=4),
+                                     PolicySpec(LADDER, None, "run1"), nodes=nodes)
+    assert policy._nodes is nodes
