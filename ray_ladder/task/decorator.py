@@ -115,7 +115,8 @@ class LadderTask:
         if get_orchestrator_exists():
             raw = ray.get(get_orchestrator().events.remote(self._family))
             out.extend(TransitionEvent(d["time"], d["ladder"], d["from"], d["to"],
-                                       d["direction"], d["reason"], d["kind"]) for d in raw)
+                                       d["direction"], d["reason"], d["kind"],
+                                       d.get("cause", "other")) for d in raw)
         return sorted(out, key=lambda e: e.time)
 
 

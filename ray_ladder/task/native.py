@@ -130,9 +130,9 @@ class NativePath:
         remote = self.remotes.get(self.selector.current or "")
         if remote is None:
             now = time.time()
-            attempts = [Attempt(r, f"not obtainable ({snap.why(r)})", now)
-                        for r in self.remotes]
-            attempts.append(Attempt(None, "no eligible rung obtainable", now))
+            attempts = [Attempt(r, f"not obtainable ({snap.why(r)})", now,
+                                cause="unobtainable") for r in self.remotes]
+            attempts.append(Attempt(None, "no eligible rung obtainable", now, cause="no_rung"))
             err = LadderExhaustedError(self.ladder.name, attempts,
                                        self.ladder.policy.retry_after_s)
             return ray.remote(raise_error).options(num_cpus=0, max_retries=0).remote(err)

@@ -134,6 +134,7 @@ def test_pending_rung_falls_after_timeout_then_climbs_back(cluster, tmp_path):
         assert time.monotonic() - start >= 2
         attempts = call_info(ref)["attempts"]
         assert attempts[0]["rung"] == "h100" and "not scheduled within 2s" in attempts[0]["reason"]
+        assert attempts[0]["cause"] == "timeout"
         # The ladder now knows h100 is busy: the next call goes straight down.
         start = time.monotonic()
         assert ray.get(task.remote(2), timeout=60) == (4, "a100")
@@ -159,6 +160,8 @@ def test_node_killed_under_the_task_reruns_on_next_rung(cluster, tmp_path):
         first = call_info(ref)["attempts"][0]
         assert first["rung"] == "h100"
         assert any(name in first["reason"] for name in ("NodeDied", "WorkerCrashed"))
+        assert first["cause"] == "failed"
+        assert first["error"] in ("NodeDiedError", "WorkerCrashedError")
         moves = [(e.kind, e.from_rung, e.to_rung) for e in work.events()]
         assert ("transition", "h100", "a100") in moves
     finally:
@@ -169,7 +172,9 @@ def test_fallback_on_goes_down_one_rung_other_errors_propagate(cluster):
     task = work.options(fallback_on=(MemoryError,))
     ref = task.remote(3, fail_on=("h100",))
     assert ray.get(ref, timeout=60) == (6, "a100")
-    assert "MemoryError" in call_info(ref)["attempts"][0]["reason"]
+    first = call_info(ref)["attempts"][0]
+    assert "MemoryError" in first["reason"]
+    assert (first["cause"], first["error"]) == ("failed", "MemoryError")
     ref = work.remote(3, fail_on=("h100",))  # MemoryError not chosen: it propagates
     with pytest.raises(MemoryError):
         ray.get(ref, timeout=60)
@@ -180,9 +185,9 @@ def test_exhausted_ladder_lists_every_attempt(cluster):
     task = work.options(fallback_on=MemoryError)
     with pytest.raises(LadderExhaustedError) as info:
         ray.get(task.remote(1, fail_on=("h100", "a100", "cpu")), timeout=60)
-    tried = [(a.rung, a.reason.split(":")[0]) for a in info.value.attempts]
-    assert tried[:3] == [("h100", "MemoryError"), ("a100", "MemoryError"),
-                         ("cpu", "MemoryError")]
+    tried = [(a.rung, a.cause, a.error) for a in info.value.attempts]
+    assert tried[:3] == [("h100", "failed", "MemoryError"), ("a100", "failed", "MemoryError"),
+                         ("cpu", "failed", "MemoryError")]
     assert all(a.time > 0 for a in info.value.attempts)
     with pytest.raises(LadderExhaustedError, match="max_attempts"):
         ray.get(task.options(max_attempts=1).remote(1, fail_on=("h100",)), timeout=60)
@@ -244,7 +249,7 @@ def test_native_path_uses_ray_label_fallback(cluster, tmp_path, caplog):
     assert last_rung(first) == "h100"
     logged = [json.loads(r.getMessage()) for r in caplog.records
               if r.name == "ray_ladder.events"]
-    assert {"task", "from", "to", "direction", "reason", "kind"} <= set(logged[0])
+    assert {"task", "from", "to", "direction", "reason", "kind", "cause"} <= set(logged[0])
     assert [e.to_rung for e in f.events()][:1] == ["h100"]
     ready, release = tmp_path / "ready", tmp_path / "release"
     blocker = hold.options(label_selector={"ladder.rung": "h100"}).remote(str(ready),

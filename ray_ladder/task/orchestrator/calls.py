@@ -13,7 +13,7 @@ import ray
 from ray.exceptions import GetTimeoutError
 
 from ray_ladder.cluster import ray_private
-from ray_ladder.core.exceptions import Attempt
+from ray_ladder.core.exceptions import Attempt, AttemptCause
 
 #: Batches aim at this much work; tasks longer than it always run one call per attempt.
 TARGET_BATCH_S = 0.02
@@ -60,7 +60,8 @@ class Call:
 class Batch:
     """One attempt: a streaming task running one or more calls on one rung."""
 
-    __slots__ = ("calls", "gen", "node", "started", "cancel_reason", "fall", "clock")
+    __slots__ = ("calls", "gen", "node", "started", "cancel_reason", "cancel_cause", "fall",
+                 "clock")
 
     def __init__(self, calls: list[Call], gen: Any) -> None:
         self.calls = calls
@@ -68,12 +69,15 @@ class Batch:
         self.node: str | None = None
         self.started = False
         self.cancel_reason: str | None = None
+        self.cancel_cause: AttemptCause = "other"
         self.fall = False
         # Set once the attempt has a slot of its lane: its pending clock runs from then.
         self.clock = asyncio.Event()
 
-    def cancel(self, reason: str, *, fall: bool = False) -> None:
+    def cancel(self, reason: str, cause: AttemptCause, *, fall: bool = False) -> None:
+        """Stop the attempt for ``reason`` (its calls' attempts record it and ``cause``)."""
         self.cancel_reason = reason
+        self.cancel_cause = cause
         self.fall = fall
         # Outside any caller's context: from a cancelled actor call Ray ignores it.
         contextvars.Context().run(ray.cancel, self.gen, force=True)

@@ -15,6 +15,7 @@ from ray.experimental import get_object_locations
 
 from ray_ladder.cluster import ray_private
 from ray_ladder.cluster.errors import is_rung_gone
+from ray_ladder.core.exceptions import AttemptCause
 from ray_ladder.task.orchestrator.calls import (
     MAX_BATCH,
     TARGET_BATCH_S,
@@ -56,7 +57,8 @@ class LaneOwner(Protocol):
     def refresh(self, force: bool = False) -> None: ...
     def lower_obtainable(self, rung: str) -> bool: ...
     def dispatch(self, call: Call, came_from: str | None = None, reason: str = "") -> None: ...
-    def retry(self, call: Call, rung: str, reason: str, *, fall: bool) -> None: ...
+    def retry(self, call: Call, rung: str, reason: str, *, fall: bool,
+              cause: AttemptCause, error: str | None = None) -> None: ...
     def succeed(self, call: Call, rung: str, value: Any) -> None: ...
     def fail(self, call: Call, err: BaseException, rung: str | None = None) -> None: ...
     def suspect(self, node_id: str, ttl_s: float) -> None: ...
@@ -198,18 +200,20 @@ class Lane:
                 self.timer = loop.call_at(now + min(task.pending_timeout_s, task.probe_s),
                                           self._expire)
                 return
-            task.retry(self.queue.popleft(), self.rung, action.reason, fall=True)
+            task.retry(self.queue.popleft(), self.rung, action.reason, fall=True,
+                       cause=action.cause)
         self._arm()
 
-    def evacuate(self, reason: str) -> None:
-        """The rung is gone: re-route queued calls and cancel attempts not yet started."""
+    def evacuate(self, reason: str, cause: AttemptCause) -> None:
+        """The rung is gone (``unobtainable``) or busy: re-route queued calls and cancel
+        attempts not yet started (their attempts record ``reason`` and ``cause``)."""
         queued, self.queue = list(self.queue), deque()
         self._arm()
         for call in queued:
-            self.task.retry(call, self.rung, reason, fall=False)
+            self.task.retry(call, self.rung, reason, fall=False, cause=cause)
         for batch in list(self.batches):
             if not batch.started and batch.cancel_reason is None:
-                batch.cancel(reason)
+                batch.cancel(reason, cause)
 
     async def drive(self, batch: Batch) -> None:
         """Follow one attempt to its end and settle each of its calls."""
@@ -236,9 +240,9 @@ class Lane:
                 action = on_pending_timeout(pt, lower_obtainable=task.lower_obtainable(rung))
                 if batch.cancel_reason is None and action.kind == "fall":
                     task.congested[rung] = time.monotonic()
-                    batch.cancel(action.reason, fall=True)
+                    batch.cancel(action.reason, action.cause, fall=True)
                     task.refresh(force=True)
-                    self.evacuate(f"{rung} busy")
+                    self.evacuate(f"{rung} busy", "busy")
                 # Nothing below (or already cancelled): look again a little later.
                 deadline = loop.time() + min(pt, task.probe_s)
             batch.node = await value_of(first.result())
@@ -287,7 +291,7 @@ class Lane:
                     task.pending_timeout_s, ahead=len(self.batches) - len(self.waiting),
                     lower_obtainable=task.lower_obtainable(self.rung))
                 if action.kind == "fall":
-                    batch.cancel(action.reason, fall=True)  # the calls fall (_failed)
+                    batch.cancel(action.reason, action.cause, fall=True)  # they fall
                     return
                 for call in batch.calls:  # nothing below: look again a little later
                     call.deadline = loop.time() + min(task.pending_timeout_s, task.probe_s)
@@ -323,7 +327,8 @@ class Lane:
             action = on_call_error(type(cause).__name__, str(cause),
                                    fallback=isinstance(cause, task.fallback_on))
             if action.kind == "fall":
-                task.retry(call, rung, action.reason, fall=True)
+                task.retry(call, rung, action.reason, fall=True, cause=action.cause,
+                           error=action.error)
             else:
                 task.fail(call, item.error, rung)
 
@@ -335,7 +340,8 @@ class Lane:
             return
         action = on_attempt_failure(AttemptFailure(
             type(err).__name__, str(err), cancelled=batch.cancel_reason,
-            cancel_falls=batch.fall, fallback=isinstance(err, task.fallback_on),
+            cancel_cause=batch.cancel_cause, cancel_falls=batch.fall,
+            fallback=isinstance(err, task.fallback_on),
             rung_gone=is_rung_gone(err), worker_crash=isinstance(err, WorkerCrashedError),
             stream_failed=isinstance(err, RayTaskError) and batch.started, node=batch.node,
             batch_size=len(batch.calls)))
@@ -343,7 +349,8 @@ class Lane:
             task.suspect(action.suspect_node, action.suspect_ttl_s)
         for call in rest:
             if action.kind in ("fall", "retry"):
-                task.retry(call, rung, action.reason, fall=action.kind == "fall")
+                task.retry(call, rung, action.reason, fall=action.kind == "fall",
+                           cause=action.cause, error=action.error)
             elif action.kind == "split":
                 call.submitted -= 1
                 call.solo = True

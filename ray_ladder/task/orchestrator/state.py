@@ -12,7 +12,7 @@ import ray
 from ray_ladder.cluster.capacity import CapacityView
 from ray_ladder.core.context import RungContext
 from ray_ladder.core.events import Direction, TransitionEvent
-from ray_ladder.core.exceptions import Attempt, LadderExhaustedError
+from ray_ladder.core.exceptions import Attempt, AttemptCause, LadderExhaustedError
 from ray_ladder.core.selector import Selector
 from ray_ladder.task.options import TaskSpec, attempt_options, effective_ladder
 from ray_ladder.task.orchestrator.calls import Call
@@ -103,7 +103,8 @@ class TaskState:
                 del self.congested[rung]
         self.obtainable = {n: ok and n not in self.congested
                            for n, ok in snap.obtainable.items()}
-        self.selector.observe(self.obtainable, now=time.time(), why=snap.held)
+        self.selector.observe(self.obtainable, now=time.time(), why=snap.held,
+                              going=snap.going_away)
 
     def tick(self) -> None:
         """After a node refresh: observe, then move work off rungs that are gone."""
@@ -113,7 +114,8 @@ class TaskState:
                 lane.pump()
             else:  # the reason names a preemption notice (or the hook) when it is one
                 why = self.snapshot.held.get(lane.rung)
-                lane.evacuate(f"{lane.rung} became unobtainable" + (f" ({why})" if why else ""))
+                lane.evacuate(f"{lane.rung} became unobtainable" + (f" ({why})" if why else ""),
+                              "unobtainable")
 
     def lower_obtainable(self, rung: str) -> bool:
         """Whether an eligible compute rung below ``rung`` is obtainable now."""
@@ -154,33 +156,36 @@ class TaskState:
         rung = self.route(call) if call.submitted < self.max_attempts else None
         action = admit(call.submitted, self.max_attempts, routable=rung is not None)
         if action.kind == "exhaust" or rung is None:
-            self.exhaust(call, action.reason)
+            self.exhaust(call, action.reason, action.cause)
             return
         if came_from is not None:
             a, b = self.index[came_from], self.index[rung]
             direction: Direction | None = "down" if b > a else "up" if b < a else None
             self.ports.emit(self.family, self.name, TransitionEvent(
                 time.time(), self.ladder.name, came_from, rung, direction, f"call: {reason}",
-                kind="call"))
+                kind="call", cause="other"))  # one call's move; its attempt has the cause
         self.lanes[rung].enqueue(call)
 
-    def retry(self, call: Call, rung: str, reason: str, *, fall: bool) -> None:
-        """Record a failed attempt on ``rung`` and send the call on (one rung down if fall)."""
+    def retry(self, call: Call, rung: str, reason: str, *, fall: bool,
+              cause: AttemptCause, error: str | None = None) -> None:
+        """Record a failed attempt on ``rung`` (``reason`` for people, ``cause`` and
+        ``error`` as data) and send the call on (one rung down if ``fall``)."""
         if call.done:
             return
-        call.attempts.append(Attempt(rung, reason, time.time()))
+        call.attempts.append(Attempt(rung, reason, time.time(), cause=cause, error=error))
         if fall:
             call.floor = max(call.floor, self.index[rung] + 1)
         self.dispatch(call, came_from=rung, reason=reason)
 
-    def exhaust(self, call: Call, reason: str) -> None:
+    def exhaust(self, call: Call, reason: str, cause: AttemptCause) -> None:
         attempts = list(call.attempts)
         tried = {a.rung for a in attempts}
         now = time.time()
         for name in self.lanes:
             if name not in tried:
-                attempts.append(Attempt(name, f"not used ({self.state_of(name)})", now))
-        attempts.append(Attempt(None, reason, now))
+                attempts.append(Attempt(name, f"not used ({self.state_of(name)})", now,
+                                        cause="not_used"))
+        attempts.append(Attempt(None, reason, now, cause=cause))
         call.attempts = attempts
         self.fail(call, LadderExhaustedError(self.ladder.name, attempts,
                                              self.ladder.policy.retry_after_s))
@@ -203,7 +208,7 @@ class TaskState:
         if batch is not None and batch.cancel_reason is None \
                 and all(c.done for c in batch.calls):
             # Ray's soft cancel does not interrupt a running streaming task: force it.
-            batch.cancel("cancelled by the caller")
+            batch.cancel("cancelled by the caller", "other")
 
     def suspect(self, node_id: str, ttl_s: float) -> None:
         """Count ``node_id`` dead for ``ttl_s`` (it just killed an attempt), everywhere."""
