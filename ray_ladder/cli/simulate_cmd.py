@@ -123,6 +123,28 @@ def _ints(text: str) -> list[int]:
         raise ValueError(f"--hysteresis {text!r}: expected integers like 1,2,3,5,10") from None
 
 
+def _trace_specs(trace_args: tuple[str, ...]) -> dict[str, str]:
+    """Rung -> trace spec from the ``--trace RUNG=SPEC`` options (one trace a rung)."""
+    specs: dict[str, str] = {}
+    for arg in trace_args:
+        rung, spec = parse_trace_arg(arg)
+        if rung in specs:
+            raise ValueError(f"--trace {arg!r}: rung {rung!r} has a trace already")
+        specs[rung] = spec
+    return specs
+
+
+def _needs(need_args: tuple[str, ...]) -> dict[str, int]:
+    """Rung -> instances it needs at once, from the ``--need RUNG=K`` options."""
+    need: dict[str, int] = {}
+    for arg in need_args:
+        rung, sep, k = arg.partition("=")
+        if not sep or not k.strip().isdigit():
+            raise ValueError(f"--need {arg!r}: expected RUNG=K, e.g. gang=4")
+        need[rung.strip()] = int(k)
+    return need
+
+
 @click.command()
 @click.argument("ladder_file", metavar="LADDER.yaml", type=click.Path(dir_okay=False))
 @click.option("--trace", "trace_args", multiple=True, metavar="RUNG=SPEC", help=_TRACE_HELP)
@@ -177,22 +199,12 @@ def simulate(
     """
     try:
         ladder = load_ladder(ladder_file)
-        specs: dict[str, str] = {}
-        for arg in trace_args:
-            rung, spec = parse_trace_arg(arg)
-            if rung in specs:
-                raise ValueError(f"--trace {arg!r}: rung {rung!r} has a trace already")
-            specs[rung] = spec
+        specs = _trace_specs(trace_args)
         warm_list = None
         if warm is not None:
             warm_list = [] if warm.strip() == "none" else [
                 w.strip() for w in warm.split(",") if w.strip()]
-        need: dict[str, int] = {}
-        for arg in need_args:
-            rung, sep, k = arg.partition("=")
-            if not sep or not k.strip().isdigit():
-                raise ValueError(f"--need {arg!r}: expected RUNG=K, e.g. gang=4")
-            need[rung.strip()] = int(k)
+        need = _needs(need_args)
         report = run_simulation(
             ladder, specs,
             hysteresis=None if hysteresis is None else _ints(hysteresis),

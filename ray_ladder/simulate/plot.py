@@ -70,22 +70,15 @@ def plot_report(report: SimulationReport, path: str | Path, *, max_policies: int
         ax.set_ylim(len(labels) - 0.5, -0.5)
         ax.set_ylabel(_short(policy), fontsize=8, rotation=0, ha="right", va="center")
         ax.tick_params(labelbottom=False)
-        if row == 0 and report.comparison:
-            ax.set_title(f"{report.ladder}: served rung per policy (tick {report.tick_s:g} s)",
-                         fontsize=9)
-        elif row == 0:
-            ax.set_title(
-                f"{report.ladder}: served rung (tick {report.tick_s:g} s, promotion delay "
-                f"{policy.promotion_delay_s:g} s, demotion delay {policy.demotion_delay_s:g} s)",
-                fontsize=9,
-            )
+        if row == 0:
+            ax.set_title(_title(report, policy), fontsize=9)
     ends = report.timeline.starts[1:] + [report.ticks]
     for col, name in enumerate(traced):
         ax = fig.add_subplot(grid[len(policies) + col], sharex=first)
         first = first or ax
         xs, ys = [], []
         for start, stop, values in zip(report.timeline.starts, ends,
-                                              report.timeline.rows, strict=True):
+                                       report.timeline.rows, strict=True):
             xs += [start * tick_scale, stop * tick_scale]
             ys += [int(values[col])] * 2
         ax.fill_between(xs, 0, ys, color="tab:green", alpha=0.6, lw=0)
@@ -107,6 +100,14 @@ def plot_report(report: SimulationReport, path: str | Path, *, max_policies: int
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     return out
+
+
+def _title(report: SimulationReport, policy: PolicyReport) -> str:
+    """The top row's title: the ladder and the tick (and the delays of a sweep)."""
+    if report.comparison:
+        return f"{report.ladder}: served rung per policy (tick {report.tick_s:g} s)"
+    return (f"{report.ladder}: served rung (tick {report.tick_s:g} s, promotion delay "
+            f"{policy.promotion_delay_s:g} s, demotion delay {policy.demotion_delay_s:g} s)")
 
 
 def _tradeoff(ax: Axes, report: SimulationReport) -> None:

@@ -246,6 +246,52 @@ def count_flaps(target: list[tuple[float, int]], n: int, window_ticks: float) ->
     return flaps
 
 
+def _served(rep: Replay) -> tuple[list[float], float, list[float]]:
+    """Ticks each rung served, ticks nothing served, and the seconds of each degraded
+    episode (any time off the top rung), from a replay's change points."""
+    ticks, tick = rep.ticks, rep.tick_s
+    units = [0.0] * len(rep.names)
+    unserved = 0.0
+    episodes: list[float] = []
+    episode_start: float | None = None
+    for start, length, idx in _intervals(rep.served, float(ticks)):
+        if idx >= 0:
+            units[idx] += length
+        else:
+            unserved += length
+        if idx != 0 and episode_start is None:
+            episode_start = start
+        elif idx == 0 and episode_start is not None:
+            episodes.append((start - episode_start) * tick)
+            episode_start = None
+    if episode_start is not None:
+        episodes.append((ticks - episode_start) * tick)
+    # Switches inside a tick leave float noise (21340.999999999894 s): keep milliseconds.
+    return units, unserved, [round(e, 3) for e in episodes]
+
+
+def _start_and_standby_bills(rep: Replay, units: list[float], cost_per_hour: list[float],
+                             standby_per_hour: list[float] | None,
+                             obtainable_ticks: list[int] | None,
+                             ) -> tuple[float, dict[str, float]]:
+    """The bill of replicas starting (not yet serving), and of idle standby by rung."""
+    hours = rep.tick_s / 3600.0
+    starting_units = [0.0] * len(rep.names)
+    for _, length, idx in _intervals(rep.starting, float(rep.ticks)):
+        if idx >= 0:
+            starting_units[idx] += length
+    starting = sum((c * u * hours for c, u in zip(cost_per_hour, starting_units, strict=True)),
+                   0.0)
+    standby = {name: 0.0 for name in rep.names}
+    if standby_per_hour is not None and obtainable_ticks is not None:
+        # A rung serves or starts only while obtainable, so the rest of its obtainable
+        # time is time its standby replicas idle.
+        for name, rate, ok, u, su in zip(rep.names, standby_per_hour, obtainable_ticks,
+                                         units, starting_units, strict=True):
+            standby[name] = rate * max(0.0, ok - u - su) * hours
+    return starting, standby
+
+
 def summarise(
     rep: Replay,
     *,
@@ -269,38 +315,10 @@ def summarise(
         flap_window_s: Window for flaps (default: this replay's hysteresis, else a tick).
     """
     ticks, tick = rep.ticks, rep.tick_s
-    units = [0.0] * len(rep.names)
-    unserved = 0.0
-    episodes: list[float] = []
-    episode_start: float | None = None
-    for start, length, idx in _intervals(rep.served, float(ticks)):
-        if idx >= 0:
-            units[idx] += length
-        else:
-            unserved += length
-        if idx != 0 and episode_start is None:
-            episode_start = start
-        elif idx == 0 and episode_start is not None:
-            episodes.append((start - episode_start) * tick)
-            episode_start = None
-    if episode_start is not None:
-        episodes.append((ticks - episode_start) * tick)
-    # Switches inside a tick leave float noise (21340.999999999894 s): keep milliseconds.
-    episodes = [round(e, 3) for e in episodes]
+    units, unserved, episodes = _served(rep)
     hours = tick / 3600.0
-    starting_units = [0.0] * len(rep.names)
-    for _, length, idx in _intervals(rep.starting, float(ticks)):
-        if idx >= 0:
-            starting_units[idx] += length
-    starting = sum((c * u * hours for c, u in zip(cost_per_hour, starting_units, strict=True)),
-                   0.0)
-    standby = {name: 0.0 for name in rep.names}
-    if standby_per_hour is not None and obtainable_ticks is not None:
-        # A rung serves or starts only while obtainable, so the rest of its obtainable
-        # time is time its standby replicas idle.
-        for name, rate, ok, u, su in zip(rep.names, standby_per_hour, obtainable_ticks,
-                                         units, starting_units, strict=True):
-            standby[name] = rate * max(0.0, ok - u - su) * hours
+    starting, standby = _start_and_standby_bills(rep, units, cost_per_hour, standby_per_hour,
+                                                 obtainable_ticks)
     cost = sum(c * u * hours for c, u in zip(cost_per_hour, units, strict=True)) + starting
     days = ticks * tick / 86400.0
     if flap_window_s is None:

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ray_ladder.demo.llm.records import StreamLog
+from ray_ladder.demo.llm.records import StreamLog, StreamView
 from ray_ladder.demo.plot import _COLORS, mark_story, save_figure
 from ray_ladder.demo.story import StoryEvent
 
@@ -43,23 +43,7 @@ def plot_streams(log: StreamLog, story: Sequence[StoryEvent], ladder: Sequence[s
     rungs = [*ladder, *sorted({t.rung for t in log.tokens} - set(ladder))]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 7.5), sharex=True,
                                       gridspec_kw={"height_ratios": [3, 1]})
-    segs: dict[str, list[Any]] = {r: [] for r in rungs}
-    waits, moves, breaks = [], [], []
-    for row, view in enumerate(views):
-        # Grey while the stream waits (for its first token, across a fall), then one
-        # segment per run of tokens from the same rung.
-        before = view.opened
-        run_start = 0
-        for i, tok in enumerate(view.tokens):
-            if i == run_start:
-                waits.append([(before, row), (tok.t, row)])
-                if i:
-                    moves.append((tok.t, row))
-            if i + 1 == len(view.tokens) or view.tokens[i + 1].rung != tok.rung:
-                segs[tok.rung].append([(view.tokens[run_start].t, row), (tok.t, row)])
-                before, run_start = tok.t, i + 1
-        if view.broken:
-            breaks.append(((view.closed.t if view.closed else before), row))
+    segs, waits, moves, breaks = _stream_lines(views, rungs)
     top.add_collection(LineCollection(waits, colors="#bbbbbb", linewidths=1.0,
                                       label="waiting: for the first token, across a fall"))
     for rung, lines in segs.items():
@@ -101,3 +85,29 @@ def plot_streams(log: StreamLog, story: Sequence[StoryEvent], ladder: Sequence[s
             top.axvline(float(move["t"]), color="gray", linestyle=":", linewidth=0.8)
     mark_story((top, bottom), story, label_y=-1.5)
     return save_figure(fig, path)
+
+
+def _stream_lines(views: Sequence[StreamView], rungs: Sequence[str]) -> tuple[
+        dict[str, list[Any]], list[Any], list[tuple[float, int]], list[tuple[float, int]]]:
+    """Row ``i`` is ``views[i]``: its token segments by rung, its waits, where it moved
+    rung and where it broke."""
+    segs: dict[str, list[Any]] = {r: [] for r in rungs}
+    waits: list[Any] = []
+    moves: list[tuple[float, int]] = []
+    breaks: list[tuple[float, int]] = []
+    for row, view in enumerate(views):
+        # Grey while the stream waits (for its first token, across a fall), then one
+        # segment per run of tokens from the same rung.
+        before = view.opened
+        run_start = 0
+        for i, tok in enumerate(view.tokens):
+            if i == run_start:
+                waits.append([(before, row), (tok.t, row)])
+                if i:
+                    moves.append((tok.t, row))
+            if i + 1 == len(view.tokens) or view.tokens[i + 1].rung != tok.rung:
+                segs[tok.rung].append([(view.tokens[run_start].t, row), (tok.t, row)])
+                before, run_start = tok.t, i + 1
+        if view.broken:
+            breaks.append(((view.closed.t if view.closed else before), row))
+    return segs, waits, moves, breaks

@@ -97,21 +97,7 @@ def summarize(log: StreamLog, *, ladder: Sequence[str], story: Sequence[StoryEve
     closed = [v for v in views if v.closed is not None]
     switches = [(v, i, a, b) for v in views for i, a, b in v.switches()]
     names = [*ladder, *sorted({t.rung for t in log.tokens} - set(ladder))]
-    per_rung: dict[str, dict[str, Any]] = {}
-    for name in names:
-        m = models.get(name)
-        starts = [v for v in views if v.tokens and v.tokens[0].rung == name]
-        paces = [p for v in views if (p := pace(v, name)) is not None]
-        per_rung[name] = {
-            "model": m.model if m else None,
-            "model_quality": round(m.quality, 4) if m else None,
-            "tokens_per_s_set": m.tokens_per_s if m else None,
-            "tokens": sum(1 for t in log.tokens if t.rung == name),
-            "streams_started": len(starts),
-            "ttft_p50_ms": _ms_of([v.ttft_s for v in starts if v.ttft_s is not None], 50),
-            "stream_tokens_per_s_p50": (round(statistics.median(paces), 2) if paces
-                                        else None),
-        }
+    per_rung = {name: _rung_figures(log, views, name, models.get(name)) for name in names}
     ttfts = [v.ttft_s for v in views if v.ttft_s is not None]
     gaps = [b.t - a.t for _, _, a, b in switches]
     top = ladder[0] if ladder else None
@@ -157,6 +143,23 @@ def summarize(log: StreamLog, *, ladder: Sequence[str], story: Sequence[StoryEve
                             "tokens": len(v.tokens),
                             "error": v.closed.error if v.closed else ""}
                            for v in closed if v.broken][:20],
+    }
+
+
+def _rung_figures(log: StreamLog, views: Sequence[StreamView], name: str,
+                  m: RungModel | None) -> dict[str, Any]:
+    """One rung's figures: its model, its tokens, the streams it started and their pace."""
+    starts = [v for v in views if v.tokens and v.tokens[0].rung == name]
+    paces = [p for v in views if (p := pace(v, name)) is not None]
+    return {
+        "model": m.model if m else None,
+        "model_quality": round(m.quality, 4) if m else None,
+        "tokens_per_s_set": m.tokens_per_s if m else None,
+        "tokens": sum(1 for t in log.tokens if t.rung == name),
+        "streams_started": len(starts),
+        "ttft_p50_ms": _ms_of([v.ttft_s for v in starts if v.ttft_s is not None], 50),
+        "stream_tokens_per_s_p50": (round(statistics.median(paces), 2) if paces
+                                    else None),
     }
 
 
