@@ -8,8 +8,7 @@ import pytest
 
 from ray_ladder import Ladder, Selector
 from ray_ladder.cluster.capacity import CapacityView
-from ray_ladder.core.placement import NodeState
-from ray_ladder.testing import wait_until
+from ray_ladder.testing import FakeNodes, wait_until
 
 LADDER = Ladder.from_dict({
     "name": "cap",
@@ -91,35 +90,28 @@ def test_sigkill_makes_rung_unobtainable_and_add_node_brings_it_back(cluster):
 
 
 def test_cached_reads_do_not_touch_the_source():
-    calls = []
+    nodes = FakeNodes(LADDER)
+    nodes.add("h100")
     now = [0.0]
-
-    def source():
-        calls.append(now[0])
-        return [NodeState("n1", True, {"ladder/h100": 1}, {"ladder/h100": 1})]
-
-    view = CapacityView(LADDER, refresh_interval_s=1.0, source=source, clock=lambda: now[0])
+    view = CapacityView(LADDER, refresh_interval_s=1.0, node_source=nodes, clock=lambda: now[0])
     for _ in range(100):
         assert view.obtainable()["h100"]
-    assert len(calls) == 1
+    assert nodes.reads == 1
     now[0] = 0.99
     view.obtainable()
-    assert len(calls) == 1
+    assert nodes.reads == 1
     now[0] = 1.0
     view.obtainable()
-    assert len(calls) == 2
+    assert nodes.reads == 2
 
 
 def test_background_refresh_keeps_reads_nonblocking():
-    state = {"alive": True}
-
-    def source():
-        return [NodeState("n1", state["alive"], {"ladder/h100": 1}, {"ladder/h100": 1})]
-
-    view = CapacityView(LADDER, refresh_interval_s=0.02, source=source).start()
+    nodes = FakeNodes(LADDER)
+    [h100] = nodes.add("h100")
+    view = CapacityView(LADDER, refresh_interval_s=0.02, node_source=nodes).start()
     try:
         assert view.obtainable()["h100"]
-        state["alive"] = False
+        nodes.kill(h100)
         wait_until(lambda: not view.obtainable()["h100"], timeout_s=5)
     finally:
         view.stop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ray_ladder import Ladder, Selector
 from ray_ladder.cluster.capacity import CapacityView
 from ray_ladder.core.capacity_type import WINDOW_CLOSED_REASON
-from ray_ladder.core.placement import NodeState
+from ray_ladder.testing import FakeNodes
 
 # Usable in [1000, 1900): the block opens at 1000 and is left 100 s before its end (2000).
 LADDER = Ladder.from_yaml("""
@@ -16,12 +16,13 @@ rungs:
                 start: "1970-01-01T00:16:40Z", end: "1970-01-01T00:33:20Z"}}
   - {name: a100, resources: {ladder/a100: 1}, quality: 0.9}
 """)
-NODES = [NodeState("b", True, {"ladder/h100-block": 1}, {"ladder/h100-block": 1}),
-         NodeState("a", True, {"ladder/a100": 1}, {"ladder/a100": 1})]
+NODES = FakeNodes(LADDER)
+NODES.add("h100-block")
+NODES.add("a100")
 
 
 def view_at(now: float) -> CapacityView:
-    return CapacityView(LADDER, source=lambda: NODES, follow_hook=False, wall_clock=lambda: now)
+    return CapacityView(LADDER, node_source=NODES, follow_hook=False, wall_clock=lambda: now)
 
 
 def test_a_block_with_nodes_is_obtainable_only_inside_its_window() -> None:
