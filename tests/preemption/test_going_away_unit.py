@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from ray_ladder.cluster.capacity import CapacityView
 from ray_ladder.cluster.metrics import transition_label
-from ray_ladder.core.placement import PREEMPTION_NOTICE, NodeState, rung_capacity
+from ray_ladder.core.placement import PREEMPTION_NOTICE, rung_capacity
 from ray_ladder.core.selector import Selector
 from ray_ladder.core.spec import Ladder
 from ray_ladder.serve.state import RouterState
+from ray_ladder.testing import FakeNodes
 
 LADDER = Ladder.from_yaml("""
 name: notice
@@ -19,29 +20,32 @@ rungs:
 """)
 
 
-def _node(name: str, resource: str, draining: bool = False,
-          deadline: float | None = None) -> NodeState:
-    return NodeState(name, True, {resource: 1}, {resource: 1}, draining=draining,
-                     drain_deadline=deadline)
+def _h100_draining(deadline: float | None) -> FakeNodes:
+    """An h100 node on notice until ``deadline`` and an a100 node staying."""
+    nodes = FakeNodes(LADDER)
+    [h100] = nodes.add("h100")
+    nodes.drain(h100, deadline=deadline)
+    nodes.add("a100")
+    return nodes
 
 
 def test_a_rung_all_on_draining_nodes_is_going_away_not_absent():
     rung = LADDER.rung("h100")
-    cap = rung_capacity(rung, [_node("n1", "ladder/h100", True, 50.0)])
+    nodes = _h100_draining(50.0)
+    cap = rung_capacity(rung, nodes())
     assert (cap.obtainable, cap.going_away, cap.deadline, cap.state) == (
         False, True, 50.0, "going away")
     # One node of it still staying: the rung stays (only *all* draining is going away).
-    cap = rung_capacity(rung, [_node("n1", "ladder/h100", True, 50.0),
-                               _node("n2", "ladder/h100")])
+    nodes.add("h100")
+    cap = rung_capacity(rung, nodes())
     assert (cap.obtainable, cap.going_away, cap.available) == (True, False, 1)
     # A draining node takes no new work: never free, even with require_available.
-    cap = rung_capacity(rung, [_node("n1", "ladder/h100", True)], require_available=True)
+    cap = rung_capacity(rung, _h100_draining(None)(), require_available=True)
     assert (cap.obtainable, cap.available, cap.deadline) == (False, 0, None)
 
 
 def test_capacity_view_reports_going_away_with_deadline_and_reason():
-    nodes = [_node("n1", "ladder/h100", True, 110.0), _node("n2", "ladder/a100")]
-    view = CapacityView(LADDER, source=lambda: nodes, follow_hook=False,
+    view = CapacityView(LADDER, node_source=_h100_draining(110.0), follow_hook=False,
                         wall_clock=lambda: 100.0)
     snap = view.refresh()
     assert snap.obtainable["h100"] is False and snap.going_away == {"h100": 110.0}
@@ -52,8 +56,7 @@ def test_capacity_view_reports_going_away_with_deadline_and_reason():
 def test_selector_falls_at_once_names_the_notice_and_never_climbs_while_draining():
     sel = Selector(LADDER)
     sel.observe({"h100": True, "a100": True}, now=0)
-    nodes = [_node("n1", "ladder/h100", True, 10.0), _node("n2", "ladder/a100")]
-    snap = CapacityView(LADDER, source=lambda: nodes, follow_hook=False,
+    snap = CapacityView(LADDER, node_source=_h100_draining(10.0), follow_hook=False,
                         wall_clock=lambda: 0.0).refresh()
     decision = sel.observe(snap.obtainable, now=1, why=snap.held, going=snap.going_away)
     assert decision.rung == "a100" and decision.direction == "down"
