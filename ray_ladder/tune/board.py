@@ -29,10 +29,10 @@ _boards: weakref.WeakKeyDictionary[Any, tuple[LadderBoard, list[float]]] = \
     weakref.WeakKeyDictionary()
 
 
-def record_move(event: TransitionEvent) -> None:
-    """Log and record one trial's move; its source is the trial (``trial <id>``, how the
-    scheduler's reasons begin), so each trial is its own line on a timeline."""
-    log_event(event, part="tune", source=event.reason.split(":", 1)[0])
+def record_move(event: TransitionEvent, trial_id: str) -> None:
+    """Log and record one trial's move: its source is the trial (``trial <id>``), so each
+    trial is its own line on a timeline, and ``trial`` carries its id as data."""
+    log_event(event, part="tune", source=f"trial {trial_id}", trial=trial_id)
 
 
 def publish_run(scheduler: RunSource, trials: list[tuple[Trial, TrialState]],

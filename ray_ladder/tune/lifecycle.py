@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ray_ladder.core.events import TransitionCause
 from ray_ladder.core.placement import PREEMPTION_NOTICE
 
 Phase = Literal["placed", "pending", "to_park", "parked", "climbing", "leaving"]
@@ -34,6 +35,11 @@ _RESUMED_BECAUSE: dict[Phase, str] = {
     "parked": "capacity free",
     "climbing": "climb at checkpoint",
     "leaving": PREEMPTION_NOTICE,
+}
+_RESUMED_CAUSE: dict[Phase, TransitionCause] = {
+    "parked": "promoted",
+    "climbing": "promoted",
+    "leaving": "preemption_notice",
 }
 
 
@@ -100,6 +106,20 @@ def resume_reason(phase: Phase) -> str:
     except KeyError:
         raise ValueError(f"a trial in phase {phase!r} is not held by the ladder; "
                          f"held phases: {sorted(HELD)}") from None
+
+
+def resume_cause(phase: Phase) -> TransitionCause:
+    """The cause, as data, that goes with :func:`resume_reason` (the metrics' label).
+
+    Raises:
+        ValueError: ``phase`` is not one the ladder holds a trial in (:data:`HELD`).
+
+    Example:
+        >>> resume_cause("leaving")
+        'preemption_notice'
+    """
+    resume_reason(phase)  # the same check, the same message
+    return _RESUMED_CAUSE[phase]
 
 
 def on_listed(phase: Phase, *, pending: bool) -> Phase:

@@ -14,7 +14,7 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from ray_ladder.cluster import ray_private
 from ray_ladder.cluster.capacity import NodeSource, resolve_node_source
-from ray_ladder.core.events import Direction, TransitionEvent
+from ray_ladder.core.events import Direction, TransitionCause, TransitionEvent
 from ray_ladder.core.selector import Selector
 from ray_ladder.tune import lifecycle
 from ray_ladder.tune._state import TrialState, View
@@ -147,7 +147,7 @@ class LadderScheduler(TrialScheduler):
             if rung is None:
                 state.phase = "to_park"  # listed as PENDING only after this hook returns
             else:
-                self._place(trial, state, rung, "first placement")
+                self._place(trial, state, rung, "first placement", "first")
             return
         if trial.status != Trial.PENDING:
             return
@@ -156,7 +156,7 @@ class LadderScheduler(TrialScheduler):
         if rung is None:
             self._park(tune_controller, trial, state)
         else:
-            self._place(trial, state, rung, f"{state.placed} lost")
+            self._place(trial, state, rung, f"{state.placed} lost", "lost")
         state.released = None
 
     def on_trial_error(self, tune_controller: Any, trial: Trial) -> None:
@@ -228,7 +228,8 @@ class LadderScheduler(TrialScheduler):
             if trial.status == Trial.PAUSED and state.phase in lifecycle.HELD:
                 rung = self._decide(state, now)
                 if rung is not None:
-                    self._place(trial, state, rung, lifecycle.resume_reason(state.phase))
+                    self._place(trial, state, rung, lifecycle.resume_reason(state.phase),
+                                lifecycle.resume_cause(state.phase))
                     state.released = None
                     return trial
         chosen = self.base.choose_trial_to_run(tune_controller)
@@ -241,7 +242,7 @@ class LadderScheduler(TrialScheduler):
         if rung is None:
             held.phase = "parked"
             return None
-        self._place(chosen, held, rung, "resumed")
+        self._place(chosen, held, rung, "resumed", "other")
         return chosen
 
     def debug_string(self) -> str:
@@ -340,7 +341,8 @@ class LadderScheduler(TrialScheduler):
                 state.selector.observe(self._free(state, running=True), now)
                 state.observed_at = view.at
 
-    def _place(self, trial: Trial, state: TrialState, rung: str, reason: str) -> None:
+    def _place(self, trial: Trial, state: TrialState, rung: str, reason: str,
+               cause: TransitionCause) -> None:
         previous = state.placed
         state.phase = "pending"
         if rung != previous:
@@ -352,7 +354,8 @@ class LadderScheduler(TrialScheduler):
                 direction = "down" if ladder.index(rung) > ladder.index(previous) else "up"
             self._emit(TransitionEvent(
                 self._clock(), state.spec.ladder.name, previous, rung, direction,
-                f"trial {trial.trial_id}: {reason}; free: {', '.join(state.free) or 'none'}"))
+                f"trial {trial.trial_id}: {reason}; free: {', '.join(state.free) or 'none'}",
+                cause="first" if previous is None else cause), trial.trial_id)
 
     def _park(self, tune_controller: Any, trial: Trial, state: TrialState) -> None:
         ray_private.set_trial_status(tune_controller, trial, Trial.PAUSED)
@@ -391,8 +394,8 @@ class LadderScheduler(TrialScheduler):
         if state.spans and state.spans[-1].end is None:
             state.spans[-1] = replace(state.spans[-1], end=self._wall(), ended_by=why)
 
-    def _emit(self, event: TransitionEvent) -> None:
-        record_move(event)  # the event store and the transition metrics
+    def _emit(self, event: TransitionEvent, trial_id: str) -> None:
+        record_move(event, trial_id)  # the event store and the transition metrics
         if self.on_event is not None:
             self.on_event(event)
         else:

@@ -16,6 +16,7 @@ from ray_ladder.tune.lifecycle import (
     on_error,
     on_listed,
     on_status,
+    resume_cause,
     resume_reason,
 )
 
@@ -71,10 +72,19 @@ def test_a_held_trial_is_placed_again_with_the_reason_it_was_held(phase: Phase,
     assert resume_reason(phase) == reason
 
 
+@pytest.mark.parametrize(("phase", "cause"), [("parked", "promoted"),
+                                              ("climbing", "promoted"),
+                                              ("leaving", "preemption_notice")])
+def test_a_resumed_trial_carries_its_cause_as_data(phase: Phase, cause: str) -> None:
+    assert resume_cause(phase) == cause
+
+
 @pytest.mark.parametrize("phase", sorted(set(PHASES) - HELD))
 def test_only_a_held_trial_has_a_reason_to_be_resumed(phase: Phase) -> None:
     with pytest.raises(ValueError, match="held phases: \\['climbing', 'leaving', 'parked'\\]"):
         resume_reason(phase)
+    with pytest.raises(ValueError, match="held phases"):
+        resume_cause(phase)
 
 
 # --- added with no rung free: held once listed -----------------------------------------------

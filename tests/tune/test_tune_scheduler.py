@@ -11,6 +11,7 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import TrialScheduler
 
 from ray_ladder import Ladder
+from ray_ladder.core.events import TransitionEvent
 from ray_ladder.core.exceptions import InvalidConstraintsError
 from ray_ladder.testing import FakeNodes
 from ray_ladder.tune import (
@@ -22,6 +23,7 @@ from ray_ladder.tune import (
     rung_history,
     with_ladder,
 )
+from ray_ladder.tune import board as tune_board
 
 LADDER = Ladder.from_dict({
     "name": "t",
@@ -153,6 +155,18 @@ class Harness:
 def test_new_trial_takes_the_best_free_rung():
     h = Harness(fake_nodes("h100", "a100", "cpu"))
     assert h.add().rung == "h100"
+    assert h.events[-1].cause == "first"
+
+
+def test_a_move_is_recorded_for_its_trial_by_id_not_by_its_words(monkeypatch):
+    logged = []
+    monkeypatch.setattr(tune_board, "log_event",
+                        lambda event, **kw: logged.append((event, kw)))
+    h = Harness(fake_nodes("h100", "a100", "cpu"))
+    h.add("t7")
+    tune_board.record_move(TransitionEvent(0.0, "t", None, "h100", None, "reworded"), "t8")
+    assert [(kw["source"], kw["trial"]) for _, kw in logged] == [("trial t7", "t7"),
+                                                                ("trial t8", "t8")]
 
 
 def test_busy_top_rung_sends_a_new_trial_lower():
@@ -193,6 +207,7 @@ def test_fall_on_lost_node_goes_to_best_obtainable_rung():
     span = h.sched.history("t0")[0]
     assert (span.rung, span.ended_by, span.seconds()) == ("h100", "node lost", 30.0)
     assert h.events[-1].to_dict()["from"] == "h100" and h.events[-1].direction == "down"
+    assert h.events[-1].cause == "lost"
 
 
 def test_failure_on_a_healthy_node_stays_on_its_rung():
@@ -231,6 +246,7 @@ def test_climb_happens_only_at_a_result_with_a_checkpoint():
     assert h.result(trial, checkpoint=True) == TrialScheduler.PAUSE
     assert h.choose() is trial and trial.rung == "h100"
     assert [s.ended_by for s in h.sched.history("t0")] == ["climbed to h100"]
+    assert (h.events[-1].direction, h.events[-1].cause) == ("up", "promoted")
 
 
 def test_climb_target_lost_before_the_move_resumes_where_it_was():
