@@ -22,6 +22,7 @@ PURE_MODULES = (
     "ray_ladder.node.accelerators",
     "ray_ladder.cluster.errors",
     "ray_ladder.cluster.ray_private",
+    "ray_ladder.train.lifecycle",
     "ray_ladder.tune.lifecycle",
 )
 

@@ -13,9 +13,10 @@ from ray_ladder.cluster.capacity import NodeSource, resolve_node_source
 from ray_ladder.cluster.errors import is_rung_gone
 from ray_ladder.cluster.event_log import log_event, show_events_on_stderr
 from ray_ladder.core.constraints import Constraints
-from ray_ladder.core.events import Direction, TransitionEvent
-from ray_ladder.core.placement import PREEMPTION_NOTICE, NodeState
+from ray_ladder.core.events import Direction, TransitionCause, TransitionEvent
+from ray_ladder.core.placement import NodeState
 from ray_ladder.core.spec import Ladder
+from ray_ladder.train import lifecycle
 from ray_ladder.train.channel import Channel
 from ray_ladder.train.gang import gang_size, worker_demand
 from ray_ladder.train.history import LadderSummary, TrainSpan, close_last, with_nodes
@@ -81,6 +82,8 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         spec: The run's :class:`PolicySpec`.
         node_source: Node states (default: Ray's GCS view); ``nodes=``, its old name, warns.
         clock: Monotonic clock for the selector; ``wall_clock`` for history and events.
+        sleep: How the policy waits before it answers "no change" while no gang fits
+            (the decision only says how long); injectable for tests.
 
     Example:
         >>> policy = LadderScalingPolicy(top_config, PolicySpec(ladder, None, "run1"))
@@ -91,7 +94,8 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
                  node_source: NodeSource | None = None,
                  nodes: NodeSource | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 wall_clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         super().__init__(scaling_config)
         self.spec = spec
         self.planner = GangPlanner(spec.ladder, spec.constraints, strategy=spec.strategy)
@@ -99,20 +103,16 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         self._nodes = resolve_node_source(node_source, "LadderScalingPolicy", nodes=nodes)
         self._clock = clock
         self._wall = wall_clock
+        self._sleep = sleep
         self.placed: str | None = None  # the rung of the group being started or running
         self.held: dict[str, dict[str, float]] = {}  # what that group holds, per node
         self.rank_nodes: list[str] = []
         self.suspects: dict[str, float] = {}  # node id -> left out until (monotonic)
-        self.asking: str | None = None  # rung of the standing climb request
-        self.request_id = 0
-        self.notice: int | None = None  # the request the group moves at for a notice
-        self.notice_deadline: float | None = None  # the drain's own (wall-clock seconds)
-        self.notice_ended = False  # the workers stopped: Ray Train's wait was ended
-        self.waiting_since: float | None = None
-        self.last_probe = float("-inf")
-        self.last_wait_log = float("-inf")
+        #: Climb, notice or wait: the run's one lifecycle value (see train/lifecycle.py).
+        self.state: lifecycle.RunState = lifecycle.Steady()
         self.summary = LadderSummary(spec.ladder.name, self.planner.top)
         self._why_next = "first placement"
+        self._cause_next: TransitionCause = "first"  # the cause that goes with _why_next
 
     # --- what Ray Train's controller asks --------------------------------------------------
 
@@ -128,9 +128,8 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
                                        exclude=set(self.suspects))
         if placement.rung is None:
             return self._wait(placement.capacity, now)
-        self.waiting_since = None
         free = ", ".join(placement.free()) or "none"
-        self._move(placement.rung, f"{self._why_next}; free: {free}")
+        self._move(placement.rung, f"{self._why_next}; free: {free}", self._cause_next)
         return self._resize(placement.rung)
 
     def make_decision_for_running_worker_group(self, worker_group_state: Any,
@@ -141,29 +140,31 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         self._note_group(placements)
         if self.placed is None:
             return ray_train.train_decision()
-        if self.asking is not None and self.channel.parked() == self.request_id:
-            target = self.asking
+        parked = self.channel.parked() if lifecycle.awaits_park(self.state) else None
+        climb = lifecycle.climb_due(self.state, parked)
+        if climb is not None:
+            target = climb.to
             capacity = self.planner.capacity(self._nodes(), held=self.held)[target]
-            self.asking = None
-            if capacity.obtainable:
+            step = lifecycle.at_climb(climb, obtainable=capacity.obtainable)
+            self.state = step.state
+            if step.kind == "move":
                 self._move(target, f"climb at checkpoint; {target} obtainable for "
-                                   f"{self.planner.selector.hysteresis} observation(s)")
+                                   f"{self.planner.selector.hysteresis} observation(s)",
+                           "promoted")
                 return self._resize(target)
-            self.channel.cancel_climb(self.request_id)
+            self.channel.cancel_climb(step.request)
             logger.info("ladder %s: %s went away before the climb (%s); staying on %s",
                         self.spec.ladder.name, target, capacity.why(), self.placed)
         now = self._clock()
-        if now - self.last_probe < self.spec.ladder.policy.probe_interval_s:
+        if not lifecycle.probe_due(self.state, now, self.spec.ladder.policy.probe_interval_s):
             return ray_train.train_decision()
-        self.last_probe = now
         better = self.planner.observe(self._nodes(), now, placed=self.placed, held=self.held)
-        if better is None and self.asking is not None:
-            self.channel.cancel_climb(self.request_id)
-            self.asking = None
-        elif better is not None and better != self.asking:
-            self.request_id += 1
-            self.asking = better
-            self.channel.ask_climb(self.request_id, better)
+        step = lifecycle.on_probe(self.state, now, better)
+        self.state = step.state
+        if step.kind == "cancel":
+            self.channel.cancel_climb(step.request)
+        elif step.kind == "ask":
+            self.channel.ask_climb(step.request, step.rung)
         return ray_train.train_decision()
 
     # --- ControllerCallback hooks ------------------------------------------------------------
@@ -204,13 +205,15 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         elif name == "RESTARTING":
             why = self._failed(error)
             close_last(spans, wall, why)
-            self._why_next = f"{self.placed} {why}"
+            self._why_next, self._cause_next = f"{self.placed} {why}", "lost"
             if getattr(error, "preemption_info", None) is not None:
                 self._why_next = f"{self.placed} {self._notice_reason()}"
+                self._cause_next = "preemption_notice"
             elif why == "preempted":  # killed at a drain's deadline Ray Train never saw
                 self._why_next = f"{self.placed} preempted: node lost, its notice unseen"
         elif name == "RESCHEDULING":
             self._why_next = f"{self.placed} could not be scheduled"
+            self._cause_next = "other"
         elif name == "RESIZING":
             close_last(spans, wall, f"climbed to {self.placed}")
         elif name == "SHUTTING_DOWN":
@@ -242,17 +245,18 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         if entered:
             info = ray_train.train_preemption_info(state)
             deadline_ms = getattr(info, "deadline_ms", None)
-            self.notice_deadline = deadline_ms / 1000.0 if deadline_ms else None
-            self.notice_ended = False
-            if self.asking is None or self.channel.parked() != self.request_id:
-                self.request_id += 1
-                self.channel.ask_climb(self.request_id, self._notice_target(info), notice=True)
-            self.asking = None
-            self.notice = self.request_id
-        if self.notice is None or self.notice_ended or self.channel.parked() != self.notice:
+            parked = self.channel.parked() if lifecycle.awaits_park(self.state) else None
+            step = lifecycle.on_notice(self.state, parked=parked,
+                                       deadline=deadline_ms / 1000.0 if deadline_ms else None)
+            self.state = step.state
+            if step.kind == "notice":
+                self.channel.ask_climb(step.request, self._notice_target(info), notice=True)
+        parked = self.channel.parked() if lifecycle.awaits_park(self.state) else None
+        step = lifecycle.while_noticed(self.state, parked=parked)
+        if step.kind != "end_wait":
             return
-        self.notice_ended = ray_train.train_end_preemption_wait(state,
-                                                                self.spec.preemption_grace_s)
+        if ray_train.train_end_preemption_wait(state, self.spec.preemption_grace_s):
+            self.state = step.state
         logger.info("ladder %s: workers stopped at a committed checkpoint after a preemption "
                     "notice; restarting the group off the drained node now",
                     self.spec.ladder.name)
@@ -265,34 +269,30 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
 
     def _notice_reason(self) -> str:
         """The event reason of a restart Ray Train made for a preemption notice."""
-        if not self.notice_ended:
-            return f"{PREEMPTION_NOTICE}: restarted at the drain's deadline"
-        due = ("no deadline" if self.notice_deadline is None else
-               f"{max(0.0, self.notice_deadline - self._wall()):.1f} s before the deadline")
-        return f"{PREEMPTION_NOTICE}: moved at a committed checkpoint, {due}"
+        return lifecycle.notice_reason(self.state, self._wall())
 
     def _resize(self, rung_name: str) -> Any:
         rung = self.planner.train_ladder.rung(rung_name)
         self.channel.clear()  # no request stands for the new group
-        self.asking, self.notice, self.notice_ended = None, None, False
+        self.state = lifecycle.started(self.state)
         self.held = {}
         self.rank_nodes = []
-        self.last_probe = float("-inf")
         return ray_train.train_decision(gang_size(rung), worker_demand(rung))
 
     def _wait(self, capacity: dict[str, Any], now: float) -> Any:
-        """No eligible gang fits: wait (a probe interval at a time), or raise when too long."""
-        if self.waiting_since is None:
-            self.waiting_since = now
-        waited = now - self.waiting_since
-        if self.spec.max_wait_s is not None and waited > self.spec.max_wait_s:
-            raise self.planner.exhausted(capacity, waited, self._wall())
-        if now - self.last_wait_log > 30.0:
-            self.last_wait_log = now
+        """No eligible gang fits: wait (a probe interval at a time), or raise when too long.
+
+        The decision (:func:`lifecycle.on_no_fit`) only says how long; the wait is here."""
+        step = lifecycle.on_no_fit(self.state, now, max_wait_s=self.spec.max_wait_s,
+                                   poll_s=self.spec.ladder.policy.probe_interval_s)
+        self.state = step.state
+        if step.kind == "exhaust":
+            raise self.planner.exhausted(capacity, step.waited_s, self._wall())
+        if step.log:
             logger.warning("ladder %s: no eligible training shape fits, waiting: %s",
                            self.spec.ladder.name,
                            "; ".join(f"{n}: {c.why()}" for n, c in capacity.items()))
-        time.sleep(min(self.spec.ladder.policy.probe_interval_s, 0.5))
+        self._sleep(step.sleep_s)
         return ray_train.train_decision()
 
     def _note_group(self, placements: list[tuple[str, dict[str, float]]]) -> None:
@@ -335,13 +335,15 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         except Exception:  # the GCS may be slow to answer right after a node died
             return []
 
-    def _move(self, rung: str, reason: str) -> None:
+    def _move(self, rung: str, reason: str, cause: TransitionCause) -> None:
         previous, self.placed = self.placed, rung
+        if previous is None:
+            cause = "first"
         direction: Direction | None = None
         if previous is not None and previous != rung:
             direction = "down" if self.planner.index(rung) > self.planner.index(previous) else "up"
         event = TransitionEvent(self._wall(), self.spec.ladder.name, previous, rung, direction,
-                                reason)
+                                reason, cause=cause)
         self.summary.events.append(event.to_dict())
         log_event(event, run=self.spec.run_name)
         self._publish()

@@ -25,7 +25,7 @@ from ray.train.v2.api.exceptions import PreemptionError, WorkerGroupError
 from ray.train.v2.api.preemption import PreemptionInfo
 
 from ray_ladder import Constraints, Ladder, LadderExhaustedError
-from ray_ladder.cluster.metrics import transition_reason
+from ray_ladder.cluster.metrics import transition_label
 from ray_ladder.core.placement import PREEMPTION_NOTICE
 from ray_ladder.testing import FakeNodes
 from ray_ladder.train import policy as policy_module
@@ -98,6 +98,7 @@ def test_starts_on_the_best_gang_with_its_label_selector(kv: dict[str, str]) -> 
     event = policy.summary.events[0]
     assert (event["from"], event["to"]) == (None, "h100x8")
     assert "first placement; free: h100x8, a100x8, a100x4" in event["reason"]
+    assert event["cause"] == "first"
     summary = json.loads(kv["train/run1/summary"])
     assert summary["events"][0]["to"] == "h100x8"
 
@@ -120,6 +121,7 @@ def test_a_lost_node_restarts_the_group_on_the_next_gang_without_it(kv: dict[str
     assert policy.on_controller_start_worker_group(scaling_config=None, num_workers=4) is None
     assert policy.summary.events[-1]["direction"] == "down"
     assert "h100x8 workers lost; free: a100x8, a100x4" in policy.summary.events[-1]["reason"]
+    assert policy.summary.events[-1]["cause"] == "lost"
 
 
 def test_a_failure_of_the_code_restarts_in_the_same_shape(kv: dict[str, str]) -> None:
@@ -171,6 +173,7 @@ def test_climbs_at_a_checkpoint_the_workers_wait_at(kv: dict[str, str]) -> None:
     assert policy.summary.spans[-1].ended_by == "climbed to h100x8"
     assert policy.summary.events[-1]["direction"] == "up"
     assert "climb at checkpoint" in policy.summary.events[-1]["reason"]
+    assert policy.summary.events[-1]["cause"] == "promoted"
 
 
 def test_a_climb_whose_rung_went_away_is_cancelled(kv: dict[str, str]) -> None:
@@ -213,6 +216,20 @@ def test_waits_when_no_gang_fits_then_raises_exhausted(kv: dict[str, str]) -> No
     with pytest.raises(LadderExhaustedError) as info:
         policy.make_decision_for_non_running_worker_group()
     assert [a.rung for a in info.value.attempts] == ["h100x8", "a100x8", "a100x4"]
+
+
+def test_the_policy_waits_between_answers_not_its_decision(kv: dict[str, str]) -> None:
+    # The decision says how long (a probe interval, at most 0.5 s); the policy waits.
+    cluster = cluster_nodes()
+    for n in ("big", "a1", "a2"):
+        cluster.kill(n)
+    slept: list[float] = []
+    policy = LadderScalingPolicy(SimpleNamespace(num_workers=4), PolicySpec(LADDER, None, "run1"),
+                                 node_source=cluster, clock=lambda: 0.0, sleep=slept.append)
+    policy._maybe_send_resource_request = lambda: None
+    for _ in range(2):
+        assert isinstance(policy.make_decision_for_non_running_worker_group(), NoopDecision)
+    assert slept == [0.001, 0.001]
 
 
 def test_the_history_closes_with_the_end_of_the_run(kv: dict[str, str]) -> None:
@@ -265,7 +282,7 @@ def test_a_notice_moves_the_run_at_the_next_committed_checkpoint(kv: dict[str, s
     assert event["reason"].startswith(f"h100x8 {PREEMPTION_NOTICE}: moved at a committed "
                                       "checkpoint, ")
     assert "s before the deadline; free: a100x8, a100x4" in event["reason"]
-    assert transition_reason(event) == "preemption_notice"
+    assert transition_label(event) == "preemption_notice"
     assert "train/run1/climb" not in kv and "train/run1/parked" not in kv
 
 
@@ -345,6 +362,7 @@ def test_a_run_that_never_stops_at_a_checkpoint_restarts_at_the_deadline(
     event = policy.summary.events[-1]
     assert event["reason"].startswith(f"h100x8 {PREEMPTION_NOTICE}: restarted at the "
                                       "drain's deadline; free: a100x8")
+    assert event["cause"] == "preemption_notice"
     assert policy.summary.spans[-1].ended_by == "preempted"
 
 
@@ -360,7 +378,7 @@ def test_a_preempted_death_without_a_notice_seen_is_a_loss(kv: dict[str, str]) -
     policy.make_decision_for_non_running_worker_group()
     event = policy.summary.events[-1]
     assert event["reason"].startswith("h100x8 preempted: node lost, its notice unseen")
-    assert transition_reason(event) == "lost"
+    assert transition_label(event) == "lost"
 
 
 def test_the_old_nodes_keyword_still_works_for_a_release_and_warns(kv: dict[str, str]) -> None:
