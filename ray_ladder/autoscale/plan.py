@@ -353,7 +353,8 @@ class AutoscalePlanner:
 
     def _event(self, time: float, kind: EventKind, rung: str, reason: str) -> None:
         """One of the hook's own steps, as an event about ``rung`` (from = to = rung)."""
-        event = TransitionEvent(time, self.ladder.name, rung, rung, None, reason, kind=kind)
+        event = TransitionEvent(time, self.ladder.name, rung, rung, None, reason, kind=kind,
+                                cause="other")  # a hook step, not a ladder move
         self._events.append({**event.to_dict(), "rung": rung})
 
     def _on_transition(self, event: TransitionEvent) -> None:
