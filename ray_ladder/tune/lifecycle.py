@@ -20,6 +20,7 @@ Phases:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -67,8 +68,9 @@ class Move:
 
 
 def at_checkpoint(phase: Phase, placed: str | None, target: str | None, *,
-                  target_below: bool, going: bool) -> Move:
-    """The move of a trial on ``placed`` at a checkpoint, the selector saying ``target``.
+                  going: bool, order: Sequence[str]) -> Move:
+    """The move of a trial on ``placed`` at a checkpoint, the selector saying ``target``
+    (``going``: its rung is going away; ``order``: the ladder's rung names, best first).
 
     Rules, first match wins:
 
@@ -79,14 +81,14 @@ def at_checkpoint(phase: Phase, placed: str | None, target: str | None, *,
     4. otherwise the target is better: ``climb``.
 
     Example:
-        >>> at_checkpoint("placed", "a100", "h100", target_below=False, going=False).ended_by
-        'climbed to h100'
+        >>> at_checkpoint("placed", "a100", "h100", going=False, order=["h100", "a100"]).kind
+        'climb'
     """
     if placed is None or target is None or target == placed:
         return Move("stay", phase)
     if going:
         return Move("leave", "leaving", PREEMPTION_NOTICE)
-    if target_below:
+    if order.index(target) > order.index(placed):
         return Move("stay", phase)
     return Move("climb", "climbing", f"climbed to {target}", release=True)
 

@@ -182,12 +182,9 @@ class LadderScheduler(TrialScheduler):
             return decision
         self._tick(tune_controller, self._clock())
         target, placed = state.selector.current, state.placed
-        ladder = state.spec.trial_ladder
         going = placed is not None and self._view(state.spec).snap.rungs[placed].going_away
-        below = (target is not None and placed is not None
-                 and ladder.index(target) > ladder.index(placed))
-        move = lifecycle.at_checkpoint(state.phase, placed, target, target_below=below,
-                                       going=going)
+        move = lifecycle.at_checkpoint(state.phase, placed, target, going=going,
+                                       order=state.spec.trial_ladder.names)
         if move.kind == "stay":
             return decision
         if move.release and placed and state.node_id:
@@ -220,8 +217,7 @@ class LadderScheduler(TrialScheduler):
         publish_run(self, trials, now)  # `ray-ladder status`
         for trial, state in trials:
             if state.phase == "to_park":
-                state.phase = lifecycle.on_listed(state.phase,
-                                                  pending=trial.status == Trial.PENDING)
+                state.phase = lifecycle.on_listed("to_park", pending=trial.status == Trial.PENDING)
                 if state.phase == "parked":
                     self._park(tune_controller, trial, state)
         for trial, state in trials:

@@ -21,41 +21,41 @@ from ray_ladder.tune.lifecycle import (
 )
 
 PHASES: tuple[Phase, ...] = typing.get_args(Phase)
+ORDER = ("h100", "a100", "cpu")  # the ladder's rungs, best first
 LADDER_PHASES = sorted(set(PHASES) - {"placed", "pending"})  # set by the ladder only
 
 
 # --- at a checkpoint: stay, climb or leave ------------------------------------------------
 
 def test_a_better_target_climbs_and_gives_its_placement_back() -> None:
-    move = at_checkpoint("placed", "a100", "h100", target_below=False, going=False)
+    move = at_checkpoint("placed", "a100", "h100", going=False, order=ORDER)
     assert move == Move("climb", "climbing", "climbed to h100", release=True)
 
 
 def test_a_rung_going_away_leaves_at_the_checkpoint_even_downwards() -> None:
-    move = at_checkpoint("placed", "h100", "cpu", target_below=True, going=True)
+    move = at_checkpoint("placed", "h100", "cpu", going=True, order=ORDER)
     assert move == Move("leave", "leaving", PREEMPTION_NOTICE, release=False)
 
 
 def test_leaving_a_rung_going_away_keeps_nothing_of_it_even_upwards() -> None:
-    move = at_checkpoint("placed", "a100", "h100", target_below=False, going=True)
+    move = at_checkpoint("placed", "a100", "h100", going=True, order=ORDER)
     assert (move.kind, move.release) == ("leave", False)
 
 
 def test_a_lower_target_is_no_reason_to_move_at_a_checkpoint() -> None:
-    assert at_checkpoint("placed", "h100", "a100", target_below=True,
-                         going=False) == Move("stay", "placed")
+    assert at_checkpoint("placed", "h100", "a100", going=False,
+                         order=ORDER) == Move("stay", "placed")
 
 
 @pytest.mark.parametrize("going", [False, True])
 def test_the_target_where_it_is_stays_even_on_a_rung_going_away(going: bool) -> None:
-    assert at_checkpoint("placed", "h100", "h100", target_below=False,
-                         going=going).kind == "stay"
+    assert at_checkpoint("placed", "h100", "h100", going=going, order=ORDER).kind == "stay"
 
 
 @pytest.mark.parametrize(("placed", "target"), [(None, "h100"), ("h100", None), (None, None)])
 def test_no_rung_or_no_target_stays(placed: str | None, target: str | None) -> None:
-    assert at_checkpoint("pending", placed, target, target_below=False,
-                         going=True) == Move("stay", "pending")
+    assert at_checkpoint("pending", placed, target, going=True,
+                         order=ORDER) == Move("stay", "pending")
 
 
 # --- held by the ladder, and resumed ---------------------------------------------------------
