@@ -20,6 +20,16 @@ _VALID_KEYS = {
     "train": "workers, resources_per_worker",
 }
 
+#: The same for a fleet file (core/fleet.py); a shared rung's keys are under its name.
+FLEET_KEYS = {
+    "fleet": "fleet, description, control_period_s, rungs, teams",
+    "rungs": "resources, cloud, cost_per_hour, jurisdiction",
+    "teams": "name, weight, cohort, quota, borrowing_limit, lending_limit, reclaim_grace_s, "
+    "constraints, budget",
+    "budget": "max_cost, window_s, on_exhausted",
+    "constraints": "jurisdiction, max_cost_per_hour, min_quality, sites",
+}
+
 _TYPE_FIXES = {
     "int_type": "use a whole number",
     "int_from_float": "use a whole number",
@@ -61,20 +71,28 @@ def _format_loc(loc: tuple[Any, ...], data: Any) -> str:
     return out
 
 
-def _fix_for(err: Mapping[str, Any], loc: tuple[Any, ...]) -> str:
+def _fix_for(err: Mapping[str, Any], loc: tuple[Any, ...],
+             valid_keys: Mapping[str, str] | None = None) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
+        table = _VALID_KEYS if valid_keys is None else valid_keys
+        root = "ladder" if valid_keys is None else "fleet"
         parents = [p for p in loc[:-1] if isinstance(p, str)]
-        parent = parents[-1] if parents else "ladder"
-        keys = _VALID_KEYS.get(parent, "")
+        if valid_keys is not None and len(parents) == 2 and parents[0] == "rungs":
+            parents = ["rungs"]  # rungs.<name>.<key>: a shared rung's keys
+        parent = parents[-1] if parents else root
+        keys = table.get(parent, "")
         return f"remove it or fix its spelling; valid keys here: {keys}" if keys else "remove it"
     if kind.startswith(("greater_than", "less_than")):
         return "use a value that is " + err["msg"].replace("Input should be ", "")
     return _TYPE_FIXES.get(kind, "")
 
 
-def issues_from_validation_error(err: ValidationError, data: Any) -> list[ConfigIssue]:
-    """One :class:`ConfigIssue` per pydantic error, with path, value and fix."""
+def issues_from_validation_error(err: ValidationError, data: Any,
+                                 valid_keys: Mapping[str, str] | None = None
+                                 ) -> list[ConfigIssue]:
+    """One :class:`ConfigIssue` per pydantic error, with path, value and fix
+    (``valid_keys``: the key table of another file kind, e.g. :data:`FLEET_KEYS`)."""
     issues: list[ConfigIssue] = []
     for e in err.errors(include_url=False):
         loc = tuple(e["loc"])
@@ -90,5 +108,6 @@ def issues_from_validation_error(err: ValidationError, data: Any) -> list[Config
         msg = e["msg"]
         if e["type"] == "literal_error" and "expected" in ctx:
             msg = f"must be one of {ctx['expected']}"
-        issues.append(ConfigIssue(_format_loc(loc, data), msg, value, _fix_for(e, loc)))
+        issues.append(ConfigIssue(_format_loc(loc, data), msg, value,
+                                  _fix_for(e, loc, valid_keys)))
     return issues

@@ -76,14 +76,16 @@ class ConfigError(LadderError, ValueError):
         rungs
     """
 
-    def __init__(self, issues: Sequence[ConfigIssue], source: str = "<dict>") -> None:
+    def __init__(self, issues: Sequence[ConfigIssue], source: str = "<dict>",
+                 what: str = "ladder") -> None:
         self.issues: list[ConfigIssue] = list(issues)
         self.source = source
-        lines = [f"invalid ladder in {source}:"] + [f"  - {issue}" for issue in self.issues]
+        self.what = what
+        lines = [f"invalid {what} in {source}:"] + [f"  - {issue}" for issue in self.issues]
         super().__init__("\n".join(lines))
 
     def __reduce__(self):  # args hold the message; rebuild from the issues instead
-        return (self.__class__, (self.issues, self.source))
+        return (self.__class__, (self.issues, self.source, self.what))
 
 
 class InvalidConstraintsError(LadderError, ValueError):

@@ -1,0 +1,318 @@
+"""The arbiter's decisions, without Ray: who holds which units of each shared rung.
+
+One round, from plain facts (units alive per rung, each team's demand, what each holds,
+the clock), answers the grants for the next period and the reclaim notices to send:
+
+1. **Entitlement** (:func:`entitlements`): a team is entitled first to its demand up to
+   its nominal quota (its own, never lent away while it wants it); then idle quota that
+   others lend (up to each lender's ``lending_limit``) and capacity beyond every quota
+   are shared among the teams that want more, by weight (integer water-filling: no team
+   is more than one unit from its weighted share), each up to its ``borrowing_limit``.
+   Lenders lend only within their cohort; a team without a cohort borrows only units
+   no quota owns and lends nothing.
+2. **Grants follow demand down at once** (a team that wants fewer units holds fewer),
+   and **up from free units**, nominal deficits first, then by weight.
+3. **Reclaim is a notice**: when a team is below its entitlement and no unit is free,
+   units are reclaimed from the teams most above theirs (relative to weight); each
+   reclaim carries a deadline (``now`` + the borrower's ``reclaim_grace_s``), through
+   which the borrower still holds the units and moves its work off them. At the
+   deadline the units go to the team that is owed them.
+4. **Budgets**: spending accrues per round from held units x ``cost_per_hour``; once a
+   team's window is spent, its state is its ``on_exhausted`` until the window ends.
+
+Example:
+    >>> from ray_ladder.core.fleet import Fleet
+    >>> fleet = Fleet.from_dict({"fleet": "f", "rungs": {"h100": {"resources": {"g": 1}}},
+    ...     "teams": [{"name": "a", "quota": {"h100": 2}, "cohort": "c"},
+    ...               {"name": "b", "quota": {"h100": 2}, "cohort": "c"}]})
+    >>> state = decide(fleet, Holdings(), {"h100": 4}, {"b": {"h100": 4}}, now=0.0).state
+    >>> state.held["b"]["h100"]
+    4
+    >>> out = decide(fleet, state, {"h100": 4}, {"a": {"h100": 2}, "b": {"h100": 4}}, 1.0)
+    >>> [(r.borrower, r.owed_to, r.units, r.deadline) for r in out.state.reclaims]
+    [('b', 'a', 2, 31.0)]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from ray_ladder.core.fleet import Fleet, Team
+
+Demand = Mapping[str, Mapping[str, int]]  # team -> rung -> units wanted
+BudgetState = str  # "ok" or the team's on_exhausted: "demote", "queue", "reject"
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaim:
+    """A notice: ``borrower`` gives ``units`` of ``rung`` to ``owed_to`` at ``deadline``."""
+
+    rung: str
+    borrower: str
+    owed_to: str
+    units: int
+    deadline: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class Holdings:
+    """The arbiter's state (kept in Ray's KV as JSON; a restarted arbiter resumes it).
+
+    Attributes:
+        held: Team -> rung -> units granted.
+        reclaims: Notices in force.
+        spent: Team -> cost spent in its current budget window.
+        window_start: Team -> when its current budget window began.
+        at: When the last round ran (``None`` before the first).
+    """
+
+    held: dict[str, dict[str, int]] = field(default_factory=dict)
+    reclaims: tuple[Reclaim, ...] = ()
+    spent: dict[str, float] = field(default_factory=dict)
+    window_start: dict[str, float] = field(default_factory=dict)
+    at: float | None = None
+
+    def units(self, team: str, rung: str) -> int:
+        """Units of ``rung`` that ``team`` holds."""
+        return self.held.get(team, {}).get(rung, 0)
+
+    def going(self, team: str, rung: str) -> Reclaim | None:
+        """The first notice on ``team``'s units of ``rung``, if any."""
+        return next((r for r in self.reclaims if r.borrower == team and r.rung == rung), None)
+
+
+@dataclass(frozen=True)
+class Round:
+    """What one round decided.
+
+    Attributes:
+        state: The holdings after the round.
+        entitled: Team -> rung -> units it is entitled to now.
+        budget: Team -> ``ok`` or its ``on_exhausted`` action.
+        notices: Reclaim notices sent this round.
+        transferred: Reclaims whose deadline passed this round (the units moved).
+    """
+
+    state: Holdings
+    entitled: dict[str, dict[str, int]]
+    budget: dict[str, BudgetState]
+    notices: tuple[Reclaim, ...] = ()
+    transferred: tuple[Reclaim, ...] = ()
+
+
+def _cap(limit: int | None) -> float:
+    return math.inf if limit is None else float(limit)
+
+
+def water_fill(wants: Mapping[str, float], weights: Mapping[str, float], units: int,
+               start: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Share ``units`` among ``wants`` (each a most) by weight, in whole units: each gets
+    ``min(want, level x weight)`` for one level, the last units to the largest remainders
+    (ties by name), so no one is more than one unit from its weighted share.
+
+    Example:
+        >>> water_fill({"a": 10, "b": 10}, {"a": 1.0, "b": 3.0}, 8)
+        {'a': 2, 'b': 6}
+        >>> water_fill({"a": 1, "b": 10}, {"a": 1.0, "b": 1.0}, 8)
+        {'a': 1, 'b': 7}
+    """
+    names = sorted(n for n, w in wants.items() if w > 0)
+    out = {n: 0 for n in wants}
+    total_want = sum(wants[n] for n in names)
+    if units <= 0 or not names:
+        return out
+    if total_want <= units:
+        return {n: int(wants[n]) if n in names else 0 for n in wants}
+    lo, hi = 0.0, max(wants[n] / weights[n] for n in names)
+    for _ in range(60):  # bisection on the level: sum of min(want, level x weight)
+        mid = (lo + hi) / 2
+        if sum(min(wants[n], mid * weights[n]) for n in names) > units:
+            hi = mid
+        else:
+            lo = mid
+    exact = {n: min(wants[n], lo * weights[n]) for n in names}
+    for n in names:
+        out[n] = int(math.floor(exact[n] + 1e-9))
+    left = units - sum(out.values())
+    order = sorted((n for n in names if out[n] < wants[n]),
+                   key=lambda n: (-(exact[n] - out[n]), -weights[n], n))
+    for n in order[:max(0, left)]:
+        out[n] += 1
+    return out
+
+
+def entitlements(fleet: Fleet, rung: str, capacity: int,
+                 demand: Mapping[str, int]) -> dict[str, int]:
+    """Units of ``rung`` each team is entitled to now (rule 1 of the module doc)."""
+    teams = fleet.teams
+    want = {t.name: max(0, int(demand.get(t.name, 0))) for t in teams}
+    weights = {t.name: t.weight for t in teams}
+    nominal = {t.name: t.quota.get(rung, 0) for t in teams}
+    own = {n: min(want[n], nominal[n]) for n in want}
+    if sum(own.values()) > capacity:  # fewer units alive than quotas ask: share by weight
+        return water_fill(own, weights, capacity)
+    entitled = dict(own)
+    unowned = max(0, capacity - sum(nominal.values()))
+    lend = {t.name: min(nominal[t.name] - own[t.name], _cap(t.limit("lending", rung)))
+            if t.cohort is not None else 0.0 for t in teams}
+    extra = {t.name: min(want[t.name] - own[t.name], _cap(t.limit("borrowing", rung)))
+             for t in teams}
+    for cohort in sorted({t.cohort for t in teams if t.cohort is not None}):
+        members = [t for t in teams if t.cohort == cohort]
+        pool = int(sum(lend[t.name] for t in members))  # idle quota is there only if alive
+        _lend(entitled, members, extra, weights, min(pool, capacity - sum(entitled.values())))
+    _lend(entitled, teams, extra, weights, min(unowned, capacity - sum(entitled.values())))
+    return entitled
+
+
+def _lend(entitled: dict[str, int], teams: list[Team], extra: dict[str, float],
+          weights: Mapping[str, float], pool: int) -> None:
+    shares = water_fill({t.name: extra[t.name] for t in teams}, weights, pool)
+    for name, units in shares.items():
+        entitled[name] += units
+        extra[name] -= units
+
+
+def decide(fleet: Fleet, state: Holdings, capacity: Mapping[str, int], demand: Demand,
+           now: float) -> Round:
+    """One arbiter round (the module doc's rules 1-4) over the on-prem shared rungs."""
+    budget = _budgets(fleet, state, now)
+    demand = _after_budget(fleet, demand, budget)
+    held = {t.name: dict(state.held.get(t.name, {})) for t in fleet.teams}
+    reclaims: list[Reclaim] = []
+    transferred: list[Reclaim] = []
+    notices: list[Reclaim] = []
+    entitled: dict[str, dict[str, int]] = {t.name: {} for t in fleet.teams}
+    for rung in fleet.onprem_rungs:
+        want = {t.name: int(demand.get(t.name, {}).get(rung, 0)) for t in fleet.teams}
+        units = entitlements(fleet, rung, int(capacity.get(rung, 0)), want)
+        for team, n in units.items():
+            entitled[team][rung] = n
+        done, kept, sent = _rung(fleet, rung, held, units, want,
+                                 [r for r in state.reclaims if r.rung == rung],
+                                 int(capacity.get(rung, 0)), now)
+        transferred += done
+        reclaims += kept + sent
+        notices += sent
+    spent = _spend(fleet, state, held, now)
+    new = Holdings(held={t: {r: n for r, n in h.items() if n} for t, h in held.items()},
+                   reclaims=tuple(reclaims), spent=spent[0], window_start=spent[1], at=now)
+    return Round(new, entitled, budget, tuple(notices), tuple(transferred))
+
+
+def _rung(fleet: Fleet, rung: str, held: dict[str, dict[str, int]],
+          entitled: Mapping[str, int], want: Mapping[str, int], reclaims: list[Reclaim],
+          capacity: int, now: float) -> tuple[list[Reclaim], list[Reclaim], list[Reclaim]]:
+    """Rules 2-3 on one rung; ``held`` is updated in place."""
+    weights = {t.name: t.weight for t in fleet.teams}
+    have = {t: held[t].get(rung, 0) for t in held}
+    done = [r for r in reclaims if r.deadline <= now]
+    kept = [r for r in reclaims if r.deadline > now]
+    for r in done:  # the deadline passed: the units go
+        have[r.borrower] = max(0, have[r.borrower] - r.units)
+    for team in have:  # grants follow demand down at once (a borrower that moved frees)
+        have[team] = min(have[team], want[team])
+    free = max(0, capacity - sum(have.values()))
+    # rule 2: free units to deficits, nominal first, then by weight
+    nominal = {t.name: min(want[t.name], t.quota.get(rung, 0)) for t in fleet.teams}
+    for stage in (nominal, entitled):
+        gaps = {t: max(0, min(stage[t], entitled[t]) - have[t]) for t in have}
+        for team, n in water_fill(gaps, weights, free).items():
+            have[team] += n
+            free -= n
+    kept = _still_owed(kept, have, entitled)
+    # rule 3: notices for what is still owed, from the teams most above their share
+    owed = {t: entitled[t] - have[t] - sum(r.units for r in kept if r.owed_to == t)
+            for t in have}
+    sent: list[Reclaim] = []
+    for team in sorted((t for t in owed if owed[t] > 0), key=lambda t: (-weights[t], t)):
+        sent += _notices(fleet, rung, team, owed[team], have, entitled, kept + sent, now)
+    for team, n in have.items():
+        held[team][rung] = n
+    return done, kept, sent
+
+
+def _still_owed(reclaims: list[Reclaim], have: Mapping[str, int],
+               entitled: Mapping[str, int]) -> list[Reclaim]:
+    """Notices in force, trimmed to what the borrower still holds above its share and
+    what is still owed (a borrower that moved, or units that came free, end them)."""
+    out: list[Reclaim] = []
+    owed = {t: entitled[t] - have[t] for t in have}
+    over = {t: have[t] - entitled[t] for t in have}
+    for r in reclaims:
+        units = min(r.units, owed[r.owed_to], over[r.borrower])
+        if units > 0:
+            out.append(replace(r, units=units))
+            owed[r.owed_to] -= units
+            over[r.borrower] -= units
+    return out
+
+
+def _noticed(reclaims: list[Reclaim], team: str) -> int:
+    return sum(r.units for r in reclaims if r.borrower == team)
+
+
+def _notices(fleet: Fleet, rung: str, owed_to: str, owed: int, have: Mapping[str, int],
+             entitled: Mapping[str, int], pending: list[Reclaim], now: float) -> list[Reclaim]:
+    excess = {t.name: have[t.name] - entitled[t.name] - _noticed(pending, t.name)
+              for t in fleet.teams if t.name != owed_to}
+    out: list[Reclaim] = []
+    for team in sorted((t for t in excess if excess[t] > 0),
+                       key=lambda t: (-excess[t] / fleet.team(t).weight, t)):
+        if owed <= 0:
+            break
+        units = min(owed, excess[team])
+        why = "its nominal quota" if entitled[owed_to] <= fleet.nominal(owed_to, rung) \
+            else "its weighted share"
+        out.append(Reclaim(rung, team, owed_to, units,
+                           now + fleet.team(team).reclaim_grace_s,
+                           f"team {owed_to} reclaims {units} {rung} unit(s) from team "
+                           f"{team} ({why})"))
+        owed -= units
+    return out
+
+
+def _budgets(fleet: Fleet, state: Holdings, now: float) -> dict[str, BudgetState]:
+    out: dict[str, BudgetState] = {}
+    for team in fleet.teams:
+        b = team.budget
+        start = state.window_start.get(team.name, now)
+        fresh = b is None or now - start >= b.window_s
+        spent = 0.0 if fresh else state.spent.get(team.name, 0.0)
+        out[team.name] = "ok" if b is None or spent < b.max_cost else b.on_exhausted
+    return out
+
+
+def _after_budget(fleet: Fleet, demand: Demand, budget: Mapping[str, BudgetState]) -> Demand:
+    """A team whose budget is spent wants no priced unit (its work demotes, queues or is
+    rejected by its own ladder: the adapters read ``Round.budget``)."""
+    out: dict[str, Mapping[str, int]] = {}
+    for team, wants in demand.items():
+        if budget.get(team, "ok") == "ok":
+            out[team] = wants
+        else:
+            out[team] = {r: n for r, n in wants.items()
+                         if r in fleet.rungs and fleet.rungs[r].cost_per_hour == 0}
+    return out
+
+
+def _spend(fleet: Fleet, state: Holdings, held: Mapping[str, Mapping[str, int]],
+           now: float) -> tuple[dict[str, float], dict[str, float]]:
+    spent, starts = dict(state.spent), dict(state.window_start)
+    dt_h = 0.0 if state.at is None else max(0.0, now - state.at) / 3600.0
+    for team in fleet.teams:
+        start = starts.setdefault(team.name, now)
+        if team.budget is not None and now - start >= team.budget.window_s:
+            starts[team.name], spent[team.name] = now, 0.0
+        cost = sum(n * fleet.rungs[r].cost_per_hour for r, n in
+                   state.held.get(team.name, {}).items() if r in fleet.rungs)
+        spent[team.name] = spent.get(team.name, 0.0) + cost * dt_h
+    return spent, starts
+
+
+def with_reclaims(state: Holdings, reclaims: tuple[Reclaim, ...]) -> Holdings:
+    """``state`` with its notices replaced (for tests and the adapter's restore)."""
+    return replace(state, reclaims=reclaims)
