@@ -119,7 +119,8 @@ class RouterState:
         self.observations += 1
         why = {n: going_away_reason(d, now) for n, d in self._going.items()}
         for key, selector in self._selectors.items():
-            self._decisions[key] = selector.observe(self._view(selector), now, why)
+            self._decisions[key] = selector.observe(self._view(selector), now, why,
+                                                 going=self._going)
         return self._decisions[_DEFAULT_KEY]
 
     def _view(self, selector: Selector) -> Mapping[str, bool]:
@@ -302,7 +303,8 @@ class RouterState:
         selector = self._selectors.get(key)
         if selector is None:
             selector = Selector(self.ladder, constraints)
-            self._decisions[key] = selector.observe(self._view(selector), now)
+            self._decisions[key] = selector.observe(self._view(selector), now,
+                                                    going=self._going)
             self._selectors[key] = selector
             while len(self._selectors) > self._max_selectors + 1:
                 for old in self._selectors:

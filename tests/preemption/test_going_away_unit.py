@@ -103,3 +103,5 @@ def test_router_falls_at_once_when_the_next_rung_is_warm():
                              {"h100": True, "a100": True, "cpu": True}, now=1,
                              going_away={"h100": None})
     assert decision.rung == "a100" and "no deadline" in decision.reason
+    assert decision.cause == "preemption_notice"  # the router's label, from data
+    assert state.events[-1].cause == "preemption_notice"
