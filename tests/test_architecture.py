@@ -25,9 +25,10 @@ MAY_IMPORT = {
     "serve": {"core", "cluster", "_lazy"},
     "tune": {"core", "cluster", "_lazy"},
     "train": {"core", "cluster"},
+    "fleet": {"core", "cluster"},
     "autoscale": {"core", "cluster", "testing", "_lazy"},
     "simulate": {"core", "ray_ladder"},
-    "cli": {"core", "node", "cluster", "autoscale", "simulate"},
+    "cli": {"core", "node", "cluster", "autoscale", "simulate", "fleet"},
     "demo": {"core", "cluster", "serve", "testing"},
 }
 MAX_LINES = 400

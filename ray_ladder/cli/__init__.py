@@ -20,6 +20,7 @@ _COMMANDS = {
     "events": "ray_ladder.cli.events_cmd:events",
     "timeline": "ray_ladder.cli.timeline_cmd:timeline",
     "grafana": "ray_ladder.cli.grafana_cmd:grafana",
+    "fleet": "ray_ladder.cli.fleet_cmd:fleet",
 }
 
 

@@ -104,11 +104,27 @@ def user_view(user: dict[str, Any]) -> Group:
     return Group(*parts)
 
 
+def teams_view(teams: list[dict[str, Any]]) -> Table:
+    """Per team and shared rung: units held, noticed (being reclaimed), and budget."""
+    table = Table(title="fleet teams (units per shared rung)")
+    for column in ("team", "rung", "held", "reclaim notice", "budget"):
+        table.add_column(column)
+    for entry in teams:
+        for rung, grant in sorted((entry.get("rungs") or {}).items()):
+            noticed = grant.get("noticed", 0)
+            notice = f"{noticed} by {_fmt_s((grant.get('deadline') or 0) - time.time())}" \
+                if noticed else "-"
+            table.add_row(str(entry.get("team")), rung, str(grant.get("held", 0)), notice,
+                          str(entry.get("budget", "ok")))
+    return table
+
+
 def report_view(report: dict[str, Any]) -> Group:
     """The whole report for people."""
     head = Text(f"cluster {report['address']}: {report['alive_nodes']} alive node(s), "
                 f"{len(report['ladders'])} ladder(s) in use")
-    return Group(head, *(user_view(u) for u in report["ladders"]))
+    teams = [teams_view(report["teams"])] if report.get("teams") else []
+    return Group(head, *(user_view(u) for u in report["ladders"]), *teams)
 
 
 @click.command()

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ray_ladder.cluster.grants import GrantReader, GrantSource, team_limits
 from ray_ladder.core.capacity_type import WINDOW_CLOSED_REASON, gate
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.placement import (
@@ -144,6 +145,10 @@ class CapacityView:
             rungs need a warm replica passes that test (the Serve router: "has a running
             replica"), so a released rung keeps its work until the better one can take it.
         wall_clock: Wall clock, to tell a live hook's entry from a stale one.
+        team: The fleet team whose work this view places (bound by the operator): a
+            shared rung with no unit granted to it is not obtainable, and one whose every
+            unit is under a reclaim notice is going away for it (docs/teams.md).
+        grant_source: ``team -> its grants entry or None`` (default: Ray's KV).
 
     Example:
         >>> view = CapacityView(ladder, refresh_interval_s=0.5)  # doctest: +SKIP
@@ -164,6 +169,8 @@ class CapacityView:
         wall_clock: Callable[[], float] = time.time,
         ready: Callable[[str], bool] | None = None,
         source: NodeSource | None = None,
+        team: str | None = None,
+        grant_source: GrantSource | None = None,
     ) -> None:
         self.ladder = ladder
         self.refresh_interval_s = (ladder.policy.probe_interval_s if refresh_interval_s is None
@@ -179,6 +186,10 @@ class CapacityView:
             from ray_ladder.cluster.roles import HookRoles
 
             self._hook_source = HookRoles().get
+        self.team = team
+        self._grant_source = grant_source
+        if team is not None and grant_source is None:
+            self._grant_source = GrantReader().get
         #: The eligible compute rungs, best first (what "a better rung" means here).
         self._eligible = [r.name for r in ladder.eligible(constraints) if r.is_compute]
         self._snapshot: CapacitySnapshot | None = None
@@ -197,8 +208,10 @@ class CapacityView:
                                 if obtainable[n] and not gated[n]}
         obtainable = gated
         going = {n: c.deadline for n, c in rungs.items() if c.going_away}
+        self._team_limits(obtainable, held, going)
         wall = self._wall_clock()
-        held.update({n: going_away_reason(d, wall) for n, d in going.items()})
+        held.update({n: going_away_reason(d, wall) for n, d in going.items()
+                     if n not in held})
         if self._hook_source is not None:
             roles = self._hook_source(self.ladder.name)
             if roles is not None:
@@ -206,6 +219,28 @@ class CapacityView:
         snap = CapacitySnapshot(self._clock(), rungs, obtainable, held, going)
         self._snapshot = snap
         return snap
+
+    def _team_limits(self, obtainable: dict[str, bool], held: dict[str, str],
+                     going: dict[str, float | None]) -> None:
+        """Apply the team's grants (in place): denied rungs, reclaimed ones going away."""
+        if self.team is None or self._grant_source is None:
+            return
+        entry = self._grant_source(self.team)
+        if entry is None:  # no arbiter ever ran for this team: no fleet limits
+            return
+        denied, reclaimed = team_limits(entry)
+        wall = self._wall_clock()
+        for name, why in denied.items():
+            if obtainable.get(name):
+                obtainable[name] = False
+                held[name] = why
+        for name, deadline in reclaimed.items():
+            if name in obtainable and name not in going:
+                obtainable[name] = False
+                going[name] = deadline
+                due = "no deadline" if deadline is None else \
+                    f"deadline in {max(0.0, deadline - wall):.1f} s"
+                held[name] = f"reclaim notice: team {self.team}'s {name} units go back, {due}"
 
     def _hold_released(self, roles: Mapping[str, Any],
                        obtainable: dict[str, bool]) -> dict[str, str]:

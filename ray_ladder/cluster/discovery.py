@@ -125,13 +125,22 @@ class ClusterReader:
         got = event_store.read_entries(self.kv, roles.ROLES_PREFIX)
         return {k[len(roles.ROLES_PREFIX):]: v for k, v in got.items()}
 
+    def teams(self) -> list[dict[str, Any]]:
+        """The fleet arbiter's grants entries, one per team (``[]`` without a fleet)."""
+        from ray_ladder.cluster import grants
+
+        got = event_store.read_entries(self.kv, grants.GRANTS_PREFIX)
+        return [got[k] for k in sorted(got)]
+
     def report(self, now: float | None = None) -> dict[str, Any]:
-        """Every ladder in use: see :func:`build_report`."""
-        return build_report(
+        """Every ladder in use (see :func:`build_report`), and the fleet's teams."""
+        out = build_report(
             entries=event_store.read_entries(self.kv, event_store.STATUS_PREFIX).values(),
             hooks=self.hook_roles(), nodes=self.nodes(), live_jobs=self.live_jobs(),
             events=self.events(), ladders=self.ladders(),
             now=time.time() if now is None else now, address=self.address)
+        out["teams"] = self.teams()
+        return out
 
 
 def is_live(entry: Mapping[str, Any], live_jobs: set[str], now: float) -> bool:

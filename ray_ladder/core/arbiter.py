@@ -40,6 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from ray_ladder.core.fleet import Fleet, Team
+from ray_ladder.core.placement import NodeState, fits
 
 Demand = Mapping[str, Mapping[str, int]]  # team -> rung -> units wanted
 BudgetState = str  # "ok" or the team's on_exhausted: "demote", "queue", "reject"
@@ -311,6 +312,27 @@ def _spend(fleet: Fleet, state: Holdings, held: Mapping[str, Mapping[str, int]],
                    state.held.get(team.name, {}).items() if r in fleet.rungs)
         spent[team.name] = spent.get(team.name, 0.0) + cost * dt_h
     return spent, starts
+
+
+def shared_capacity(fleet: Fleet, nodes: list[NodeState]) -> dict[str, int]:
+    """Units of each on-prem shared rung on alive, not draining nodes (read once per
+    round for every ladder on the cluster).
+
+    Example:
+        >>> from ray_ladder.core.fleet import Fleet
+        >>> fleet = Fleet.from_dict({"fleet": "f", "rungs": {"h100": {"resources":
+        ...     {"ladder/h100": 1}}}, "teams": [{"name": "a"}]})
+        >>> shared_capacity(fleet, [NodeState("n1", True, {"ladder/h100": 8}, {}),
+        ...                         NodeState("n2", False, {"ladder/h100": 8}, {})])
+        {'h100': 8}
+    """
+    out = {name: 0 for name in fleet.onprem_rungs}
+    for node in nodes:
+        if not node.alive or node.draining:
+            continue
+        for name in out:
+            out[name] += fits(fleet.rungs[name].resources, node.total)
+    return out
 
 
 def with_reclaims(state: Holdings, reclaims: tuple[Reclaim, ...]) -> Holdings:

@@ -11,9 +11,11 @@ Direction = Literal["down", "up"]
 #: ``transition`` a ladder moved, ``alert`` ``max_degraded_seconds`` passed, ``call`` one
 #: call fell or climbed on its own; the hook's steps: ``requested`` (asked the autoscaler
 #: for a rung's node), ``released`` (stopped asking), ``stockout`` (a launch was refused),
-#: ``probe`` (asking again after a backoff), ``node-joined``, ``node-lost``.
+#: ``probe`` (asking again after a backoff), ``node-joined``, ``node-lost``; the fleet
+#: arbiter's: ``reclaim`` (a notice to a borrower, or its units moving at the deadline),
+#: ``budget`` (a team's budget window is spent).
 EventKind = Literal["transition", "alert", "call", "requested", "released", "stockout",
-                    "probe", "node-joined", "node-lost"]
+                    "probe", "node-joined", "node-lost", "reclaim", "budget"]
 #: Why a ladder moved, as data (the ``reason`` sentence is for humans; metrics read this):
 #: ``first`` the first pick, ``lost`` the rung became unobtainable or failed,
 #: ``preemption_notice`` its nodes drain, ``exhausted`` nothing eligible is left,

@@ -1,0 +1,160 @@
+"""The fleet arbiter's grants as every part reads them: small entries in Ray's KV.
+
+The arbiter (``ray_ladder.fleet``) publishes one entry per team after each round, and
+keeps its whole state under one key, so a restarted arbiter resumes where it stopped;
+parts report their demand under their own keys. Readers never call the arbiter: while
+it is down, every part keeps the grants it last read and new work waits on its own
+ladder, as it does without a fleet.
+
+Entry of a team (``fleet/grants/<team>``)::
+
+    {"fleet": "platform", "team": "research", "time": 1733000000.0, "budget": "ok",
+     "shared": ["h100", "a100"],
+     "rungs": {"h100": {"held": 2, "noticed": 1, "deadline": 1733000030.0}}}
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ray_ladder.core.arbiter import BudgetState, Holdings, Round
+
+KV_NAMESPACE = "ray_ladder"
+GRANTS_PREFIX = "fleet/grants/"
+DEMAND_PREFIX = "fleet/demand/"
+STATE_KEY = "fleet/state"
+#: A demand entry older than this is from a part that is gone (its units are released).
+DEMAND_STALE_S = 30.0
+#: How long a reader that found no grants entry waits before asking the KV again.
+ABSENT_RECHECK_S = 5.0
+
+GrantSource = Callable[[str], "Mapping[str, Any] | None"]
+
+
+def team_entry(fleet: str, team: str, out: Round, shared: list[str],
+               now: float) -> dict[str, Any]:
+    """The entry the arbiter publishes for ``team`` after round ``out``.
+
+    Example:
+        >>> from ray_ladder.core.arbiter import Holdings, Round
+        >>> state = Holdings(held={"a": {"h100": 2}})
+        >>> team_entry("f", "a", Round(state, {}, {"a": "ok"}), ["h100"], 5.0)["rungs"]
+        {'h100': {'held': 2, 'noticed': 0, 'deadline': None}}
+    """
+    rungs: dict[str, Any] = {}
+    for rung in shared:
+        notices = [r for r in out.state.reclaims if r.borrower == team and r.rung == rung]
+        rungs[rung] = {"held": out.state.units(team, rung),
+                       "noticed": sum(r.units for r in notices),
+                       "deadline": min((r.deadline for r in notices), default=None)}
+    return {"fleet": fleet, "team": team, "time": now, "budget": out.budget.get(team, "ok"),
+            "shared": list(shared), "rungs": rungs}
+
+
+def team_limits(entry: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, float | None]]:
+    """What a team's entry means for its ladders: shared rungs it may not use now
+    (rung -> why) and shared rungs going away for it (rung -> the notice's deadline).
+
+    A rung with no unit granted is not obtainable for the team; one whose every held
+    unit is under a reclaim notice is *going away* for it, exactly as a rung whose nodes
+    drain: its work moves to the next rung before the units go.
+
+    Example:
+        >>> team_limits({"team": "b", "rungs": {"h100": {"held": 2, "noticed": 2,
+        ...     "deadline": 30.0}, "a100": {"held": 0, "noticed": 0, "deadline": None}}})
+        ({'a100': 'no a100 unit granted to team b'}, {'h100': 30.0})
+    """
+    denied: dict[str, str] = {}
+    going: dict[str, float | None] = {}
+    team = entry.get("team")
+    for rung, grant in (entry.get("rungs") or {}).items():
+        held, noticed = int(grant.get("held", 0)), int(grant.get("noticed", 0))
+        if held <= 0:
+            denied[rung] = f"no {rung} unit granted to team {team}"
+        elif noticed >= held:
+            going[rung] = grant.get("deadline")
+    return denied, going
+
+
+def budget_state(entry: Mapping[str, Any] | None) -> BudgetState:
+    """``ok`` or the team's ``on_exhausted`` action (``ok`` without an entry)."""
+    return str((entry or {}).get("budget", "ok"))
+
+
+class GrantReader:
+    """``team -> its grants entry or None``, from Ray's KV (absent entries re-checked
+    every ``ABSENT_RECHECK_S``, so a cluster without a fleet pays one read now and then)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._absent: dict[str, float] = {}
+
+    def get(self, team: str) -> Mapping[str, Any] | None:
+        """The last published entry of ``team`` (kept while the arbiter is down)."""
+        from ray_ladder.cluster import ray_private
+
+        now = self._clock()
+        if now - self._absent.get(team, -ABSENT_RECHECK_S) < ABSENT_RECHECK_S:
+            return None
+        raw = ray_private.kv_get(GRANTS_PREFIX + team, namespace=KV_NAMESPACE) \
+            if ray_private.kv_initialized() else None
+        if raw is None:
+            self._absent[team] = now
+            return None
+        self._absent.pop(team, None)
+        return json.loads(raw)
+
+
+def report_demand(team: str, user: str, wants: Mapping[str, int],
+                  now: float | None = None) -> None:
+    """A part of ``team`` (``user``: its app, ladder or run) wants ``wants`` units."""
+    from ray_ladder.cluster import ray_private
+
+    entry = {"team": team, "user": user, "time": time.time() if now is None else now,
+             "wants": {r: int(n) for r, n in wants.items()}}
+    ray_private.kv_put(f"{DEMAND_PREFIX}{team}/{user}", json.dumps(entry),
+                       namespace=KV_NAMESPACE)
+
+
+def sum_demand(entries: Iterable[Mapping[str, Any]], now: float) -> dict[str, dict[str, int]]:
+    """Team -> rung -> units wanted, summed over the fresh demand entries.
+
+    Example:
+        >>> sum_demand([{"team": "a", "time": 9.0, "wants": {"h100": 1}},
+        ...             {"team": "a", "time": 9.5, "wants": {"h100": 2}},
+        ...             {"team": "b", "time": -50.0, "wants": {"h100": 4}}], now=10.0)
+        {'a': {'h100': 3}}
+    """
+    out: dict[str, dict[str, int]] = {}
+    for entry in entries:
+        if now - float(entry.get("time", 0.0)) > DEMAND_STALE_S:
+            continue
+        team = out.setdefault(str(entry["team"]), {})
+        for rung, units in (entry.get("wants") or {}).items():
+            team[rung] = team.get(rung, 0) + int(units)
+    return out
+
+
+def holdings_to_json(state: Holdings) -> str:
+    """The arbiter's state as one JSON document (for Ray's KV)."""
+    return json.dumps({
+        "held": state.held, "spent": state.spent, "window_start": state.window_start,
+        "at": state.at,
+        "reclaims": [{"rung": r.rung, "borrower": r.borrower, "owed_to": r.owed_to,
+                      "units": r.units, "deadline": r.deadline, "reason": r.reason}
+                     for r in state.reclaims]})
+
+
+def holdings_from_json(text: str | bytes) -> Holdings:
+    """The inverse of :func:`holdings_to_json`."""
+    from ray_ladder.core.arbiter import Reclaim
+
+    data = json.loads(text)
+    return Holdings(held={t: {r: int(n) for r, n in h.items()} for t, h in data["held"].items()},
+                    reclaims=tuple(Reclaim(**r) for r in data.get("reclaims", ())),
+                    spent={t: float(v) for t, v in data.get("spent", {}).items()},
+                    window_start={t: float(v) for t, v in data.get("window_start", {}).items()},
+                    at=data.get("at"))

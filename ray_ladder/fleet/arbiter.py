@@ -1,0 +1,178 @@
+"""The fleet arbiter: one restartable Ray actor per cluster that grants rung units to teams.
+
+Each round (every ``control_period_s``) it reads the node table once for every ladder on
+the cluster, sums the demand the parts reported in Ray's KV, asks the pure
+:func:`ray_ladder.core.arbiter.decide`, then writes its whole state and one grants entry
+per team back to the KV (:mod:`ray_ladder.cluster.grants`). A SIGKILL loses no grant: Ray
+restarts the actor (``max_restarts=-1``), which resumes from the KV; meanwhile every part
+keeps the grants it last read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from ray_ladder.cluster import grants, ray_private
+from ray_ladder.cluster.capacity import NodeSource, resolve_node_source
+from ray_ladder.cluster.event_log import log_event
+from ray_ladder.core.arbiter import Holdings, Reclaim, Round, decide, shared_capacity
+from ray_ladder.core.events import TransitionEvent
+from ray_ladder.core.fleet import Fleet, load_fleet
+
+logger = logging.getLogger("ray_ladder.fleet")
+ARBITER_NAME = "ray_ladder_arbiter"
+ARBITER_NAMESPACE = "ray_ladder"
+
+
+class FleetArbiter:
+    """Grants rung units to the teams of ``fleet`` (the actor's class; use
+    :func:`start_arbiter`).
+
+    Args:
+        fleet_json: The fleet file as JSON (``Fleet.model_dump_json()``).
+        node_source: Node table reader (default: Ray's GCS).
+        clock: Wall clock.
+        loop: Run rounds in the background (``False``: only when :meth:`step` is called).
+    """
+
+    def __init__(self, fleet_json: str, node_source: NodeSource | None = None,
+                 clock: Callable[[], float] = time.time, loop: bool = True) -> None:
+        self.fleet = Fleet.model_validate_json(fleet_json)
+        self._nodes = resolve_node_source(node_source, "FleetArbiter")
+        self._clock = clock
+        raw = ray_private.kv_get(grants.STATE_KEY, namespace=grants.KV_NAMESPACE)
+        self.state = grants.holdings_from_json(raw) if raw else Holdings()
+        self.restored = raw is not None
+        self.last: Round | None = None
+        self.rounds = 0
+        self.errors = 0
+        self.round_s = 0.0
+        self._task: asyncio.Task[None] | None = None
+        if loop:
+            self._task = asyncio.get_event_loop().create_task(self._loop())
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await asyncio.to_thread(self.step)
+            except Exception:  # keep the last grants; the next round may work
+                self.errors += 1
+                logger.warning("arbiter round failed", exc_info=True)
+            await asyncio.sleep(self.fleet.control_period_s)
+
+    def step(self) -> dict[str, Any]:
+        """One round: observe, decide, persist, publish. Returns :meth:`status`."""
+        started = time.perf_counter()
+        now = self._clock()
+        capacity = shared_capacity(self.fleet, self._nodes())
+        demand = grants.sum_demand(self._demand_entries(), now)
+        out = decide(self.fleet, self.state, capacity, demand, now)
+        self.round_s = time.perf_counter() - started
+        ray_private.kv_put(grants.STATE_KEY, grants.holdings_to_json(out.state),
+                           namespace=grants.KV_NAMESPACE)
+        shared = list(self.fleet.rungs)
+        for team in self.fleet.teams:
+            entry = grants.team_entry(self.fleet.fleet, team.name, out, shared, now)
+            ray_private.kv_put(grants.GRANTS_PREFIX + team.name, json.dumps(entry),
+                               namespace=grants.KV_NAMESPACE)
+        self._events(out, now)
+        self.state, self.last = out.state, out
+        self.rounds += 1
+        self._capacity, self._demand = capacity, demand
+        return self.status()
+
+    def _demand_entries(self) -> list[dict[str, Any]]:
+        keys = ray_private.kv_list(grants.DEMAND_PREFIX, namespace=grants.KV_NAMESPACE)
+        out = []
+        for key in keys:
+            raw = ray_private.kv_get(key.decode(), namespace=grants.KV_NAMESPACE)
+            if raw:
+                out.append(json.loads(raw))
+        return out
+
+    def _events(self, out: Round, now: float) -> None:
+        for r in out.notices:
+            self._event(r, now, f"notice: {r.reason}; the units go at the deadline")
+        for r in out.transferred:
+            self._event(r, now, f"{r.reason}: the grace ended, the units moved")
+        if self.last is not None:
+            for team, state in out.budget.items():
+                if state != "ok" and self.last.budget.get(team) == "ok":
+                    log_event(TransitionEvent(now, self.fleet.fleet, None, None, None,
+                                              f"team {team} spent its budget: {state}",
+                                              kind="budget"), part="fleet", source=team)
+
+    def _event(self, r: Reclaim, now: float, reason: str) -> None:
+        log_event(TransitionEvent(now, self.fleet.fleet, r.rung, r.rung, None, reason,
+                                  kind="reclaim"),
+                  part="fleet", source=r.borrower, borrower=r.borrower, lender=r.owed_to,
+                  units=r.units, deadline=r.deadline)
+
+    def status(self) -> dict[str, Any]:
+        """Per team: held, nominal, borrowed, lent, notices, budget (for the CLI)."""
+        teams = {}
+        for team in self.fleet.teams:
+            rungs = {}
+            for rung in self.fleet.onprem_rungs:
+                held = self.state.units(team.name, rung)
+                nominal = team.quota.get(rung, 0)
+                wanted = getattr(self, "_demand", {}).get(team.name, {}).get(rung, 0)
+                rungs[rung] = {
+                    "held": held, "nominal": nominal, "wanted": wanted,
+                    "borrowed": max(0, held - nominal),
+                    "lent": 0, "entitled": (self.last.entitled[team.name].get(rung, 0)
+                                            if self.last is not None else 0),
+                    "noticed": sum(r.units for r in self.state.reclaims
+                                   if r.borrower == team.name and r.rung == rung)}
+            teams[team.name] = {"rungs": rungs,
+                                "budget": self.last.budget.get(team.name, "ok")
+                                if self.last is not None else "ok",
+                                "spent": round(self.state.spent.get(team.name, 0.0), 4),
+                                "max_cost": team.budget.max_cost if team.budget else None}
+        _lent(teams, self.fleet)
+        return {"fleet": self.fleet.fleet, "rounds": self.rounds, "errors": self.errors,
+                "restored": self.restored, "round_s": round(self.round_s, 6),
+                "capacity": getattr(self, "_capacity", {}), "teams": teams,
+                "reclaims": [asdict(r) for r in self.state.reclaims]}
+
+
+def _lent(teams: dict[str, Any], fleet: Fleet) -> None:
+    """A team's lent units: its idle nominal quota that others hold above theirs."""
+    for rung in fleet.onprem_rungs:
+        borrowed = sum(t["rungs"][rung]["borrowed"] for t in teams.values())
+        for team in fleet.teams:
+            r = teams[team.name]["rungs"][rung]
+            idle = max(0, r["nominal"] - r["held"])
+            r["lent"] = min(idle, borrowed)
+            borrowed -= r["lent"]
+
+
+def start_arbiter(fleet: Fleet | str | Path) -> Any:
+    """Start the cluster's arbiter for ``fleet`` (a :class:`Fleet` or a fleet file), or
+    return the running one. Detached, restarted by Ray after a crash, 0 CPUs; needs
+    ``ray.init()``."""
+    import ray
+
+    if not isinstance(fleet, Fleet):
+        fleet = load_fleet(fleet)
+    actor = ray.remote(FleetArbiter).options(
+        name=ARBITER_NAME, namespace=ARBITER_NAMESPACE, lifetime="detached",
+        get_if_exists=True, max_restarts=-1, max_task_retries=-1, num_cpus=0)
+    return actor.remote(fleet.model_dump_json())
+
+
+def get_arbiter() -> Any | None:
+    """The running arbiter's handle, or ``None``."""
+    import ray
+
+    try:
+        return ray.get_actor(ARBITER_NAME, namespace=ARBITER_NAMESPACE)
+    except ValueError:
+        return None

@@ -1,0 +1,55 @@
+"""A team's capacity view (CapacityView(team=)): the fleet's grants as obtainability,
+a reclaim notice as going away, without Ray (FakeNodes and a scripted grants source)."""
+
+from __future__ import annotations
+
+from ray_ladder import Ladder
+from ray_ladder.cluster.capacity import CapacityView
+from ray_ladder.testing import FakeNodes
+
+LADDER = Ladder.from_yaml("""
+name: team
+rungs:
+  - {name: h100, resources: {ladder/h100: 1}}
+  - {name: a100, resources: {ladder/a100: 1}}
+""")
+
+
+def _view(entry) -> CapacityView:
+    nodes = FakeNodes(LADDER)
+    nodes.add("h100")
+    nodes.add("a100")
+    return CapacityView(LADDER, node_source=nodes, follow_hook=False, team="b",
+                        grant_source=lambda team: entry, wall_clock=lambda: 100.0)
+
+
+def _grant(held: int, noticed: int = 0, deadline: float | None = None) -> dict:
+    return {"team": "b", "rungs": {"h100": {"held": held, "noticed": noticed,
+                                            "deadline": deadline}}}
+
+
+def test_a_rung_with_units_granted_is_obtainable_for_the_team() -> None:
+    snap = _view(_grant(1)).refresh()
+    assert snap.obtainable == {"h100": True, "a100": True} and snap.going_away == {}
+
+
+def test_a_shared_rung_with_no_unit_granted_is_not() -> None:
+    snap = _view(_grant(0)).refresh()
+    assert snap.obtainable["h100"] is False and snap.obtainable["a100"] is True
+    assert snap.why("h100") == "no h100 unit granted to team b"
+
+
+def test_a_reclaim_of_every_held_unit_is_going_away_with_its_deadline() -> None:
+    snap = _view(_grant(2, noticed=2, deadline=130.0)).refresh()
+    assert snap.obtainable["h100"] is False and snap.going_away == {"h100": 130.0}
+    assert "reclaim notice" in snap.why("h100") and "30.0 s" in snap.why("h100")
+
+
+def test_a_partial_reclaim_leaves_the_rung_to_the_team() -> None:
+    snap = _view(_grant(2, noticed=1, deadline=130.0)).refresh()
+    assert snap.obtainable["h100"] is True and snap.going_away == {}
+
+
+def test_without_an_arbiter_the_team_view_is_the_plain_view() -> None:
+    snap = _view(None).refresh()
+    assert snap.obtainable == {"h100": True, "a100": True}
