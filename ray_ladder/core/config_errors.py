@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -71,6 +72,24 @@ def _format_loc(loc: tuple[Any, ...], data: Any) -> str:
     return out
 
 
+def did_you_mean(key: str, valid: Sequence[str]) -> str | None:
+    """The valid key closest to a misspelt one: the only valid key that contains it, else
+    one that difflib finds close (ratio >= 0.75), case ignored; None when none is.
+
+    Example:
+        >>> did_you_mean("qualty", ["name", "quality", "tags"])
+        'quality'
+        >>> did_you_mean("colour", ["name", "quality"]) is None
+        True
+    """
+    lowered = {k.lower(): k for k in valid}
+    part = [k for k in lowered if len(key) >= 4 and key.lower() in k]
+    if len(part) == 1:  # hysteresis -> promotion_hysteresis
+        return lowered[part[0]]
+    close = difflib.get_close_matches(key.lower(), list(lowered), n=1, cutoff=0.75)
+    return lowered[close[0]] if close else None
+
+
 def _fix_for(err: Mapping[str, Any], loc: tuple[Any, ...],
              valid_keys: Mapping[str, str] | None = None) -> str:
     kind = err["type"]
@@ -82,7 +101,12 @@ def _fix_for(err: Mapping[str, Any], loc: tuple[Any, ...],
             parents = ["rungs"]  # rungs.<name>.<key>: a shared rung's keys
         parent = parents[-1] if parents else root
         keys = table.get(parent, "")
-        return f"remove it or fix its spelling; valid keys here: {keys}" if keys else "remove it"
+        if not keys:
+            return "remove it"
+        guess = did_you_mean(str(loc[-1]), keys.split(", "))
+        if guess:
+            return f"did you mean {guess!r}? Else remove it; valid keys here: {keys}"
+        return f"remove it or fix its spelling; valid keys here: {keys}"
     if kind.startswith(("greater_than", "less_than")):
         return "use a value that is " + err["msg"].replace("Input should be ", "")
     return _TYPE_FIXES.get(kind, "")

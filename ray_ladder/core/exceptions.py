@@ -56,7 +56,8 @@ class ConfigIssue:
     def __str__(self) -> str:
         text = f"{self.path or '<root>'}: {self.message}"
         if self.value is not None:
-            text += f" (got {self.value!r})"
+            shown = repr(self.value)  # a whole Kubernetes manifest is not a useful value
+            text += f" (got {shown if len(shown) <= 100 else shown[:97] + '...'})"
         if self.fix:
             text += f". Fix: {self.fix}"
         return text

@@ -2,18 +2,33 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from ray_ladder.core.capacity_type import CapacitySpec, check_rung_capacity
 from ray_ladder.core.config_errors import issues_from_validation_error
 from ray_ladder.core.constraints import Constraints
+from ray_ladder.core.documents import load_document, parse_json, parse_yaml
 from ray_ladder.core.exceptions import ConfigError, ConfigIssue, InvalidConstraintsError
+from ray_ladder.core.spec_rules import (
+    RungFacts,
+    as_error,
+    as_issue,
+    facts_from_raw,
+    ladder_rules,
+    resource_rules,
+)
 from ray_ladder.core.train_shape import TrainShape, train_issue
 
 SLUG_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
@@ -196,11 +211,15 @@ class Rung(BaseModel):
         if (issue := train_issue(self)) is not None:
             raise _rule(*issue)
         check_rung_capacity(self.kind, self.tags, self.capacity)
-        for key, amount in self.resources.items():
-            if amount <= 0:
-                raise _rule(f"resources.{key}", "resource amounts must be > 0, got {value}",
-                            amount, "use a positive amount, e.g. 1")
         return self
+
+    @field_validator("resources")
+    @classmethod
+    def _ray_accepts_the_resources(cls, value: dict[str, float]) -> dict[str, float]:
+        # A field check, so it is reported beside the rung's other field errors.
+        for path, message, bad, fix in resource_rules(value)[:1]:
+            raise as_error((path.partition(".")[2], message, bad, fix))
+        return value
 
 
 class Ladder(BaseModel):
@@ -228,49 +247,22 @@ class Ladder(BaseModel):
 
     @model_validator(mode="after")
     def _check_rungs(self) -> Ladder:
-        seen: dict[str, int] = {}
-        for i, rung in enumerate(self.rungs):
-            if rung.name in seen:
-                raise _rule(f"rungs[{i}].name", "duplicate rung name {value} (also "
-                            f"rungs[{seen[rung.name]}])", rung.name,
-                            "give every rung a unique name")
-            seen[rung.name] = i
-        kinds = [r.kind for r in self.rungs]
-        if "compute" not in kinds:
-            raise _rule("rungs", "a ladder needs at least one compute rung, got kinds {value}",
-                        kinds,
-                        "add a rung with a placement, e.g. {name: cpu, num_cpus: 1}")
-        order = {"compute": 0, "cache": 1, "shed": 2}
-        for kind in ("cache", "shed"):
-            if kinds.count(kind) > 1:
-                i = [j for j, k in enumerate(kinds) if k == kind][1]
-                raise _rule(f"rungs[{i}].kind", f"at most one {kind} rung; {{value}} is another",
-                            self.rungs[i].name, f"remove the extra {kind} rung")
-        for i in range(1, len(kinds)):
-            if order[kinds[i]] < order[kinds[i - 1]]:
-                raise _rule(
-                    f"rungs[{i}].kind",
-                    "rung {value} comes below a " + kinds[i - 1] + " rung",
-                    f"{self.rungs[i].name} ({kinds[i]})",
-                    "order rungs compute..., then cache, then shed (the bottom)",
-                )
-        for i in range(1, len(self.rungs)):
-            above, below = self.rungs[i - 1], self.rungs[i]
-            if below.quality > above.quality:
-                raise _rule(
-                    f"rungs[{i}].quality",
-                    "quality must not increase going down: {value}",
-                    f"rungs[{i}].quality ({below.quality}) > rungs[{i - 1}].quality "
-                    f"({above.quality})",
-                    f"lower {below.name}'s quality or move it above {above.name}",
-                )
+        # The first broken rule; from_dict lists the others (spec_rules runs them all).
+        for rule in ladder_rules([RungFacts(r.name, r.kind, r.quality)
+                                  for r in self.rungs])[:1]:
+            raise as_error(rule)
         return self
 
     # --- loading -------------------------------------------------------------------------
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "<dict>") -> Ladder:
-        """Validate a plain dict; raises :class:`ConfigError` naming every problem."""
+        """Validate a plain dict; raises :class:`ConfigError` naming every problem.
+
+        Field errors and the rules across fields come together: where a field error
+        stops pydantic before the ladder's rules, they run on the raw rungs (see
+        :mod:`ray_ladder.core.spec_rules`).
+        """
         if not isinstance(data, dict):
             raise ConfigError(
                 [ConfigIssue("", "a ladder must be a mapping", type(data).__name__,
@@ -280,35 +272,24 @@ class Ladder(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as err:
-            raise ConfigError(issues_from_validation_error(err, data), source) from None
+            issues = issues_from_validation_error(err, data)
+        rungs = data.get("rungs")
+        if isinstance(rungs, list):
+            seen = {(i.path, i.message) for i in issues}
+            issues += [issue for issue in map(as_issue, ladder_rules(
+                [facts_from_raw(r) for r in rungs])) if (issue.path, issue.message) not in seen]
+        raise ConfigError(issues, source) from None
 
     @classmethod
     def from_yaml(cls, text: str, source: str = "<string>") -> Ladder:
-        """Parse and validate YAML (JSON is valid YAML too)."""
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "document"
-            raise ConfigError(
-                [ConfigIssue(where, f"not valid YAML: {getattr(err, 'problem', err)}",
-                             None, "fix the YAML syntax (indentation, quotes, colons)")],
-                source,
-            ) from None
-        return cls.from_dict(data, source)
+        """Parse and validate YAML (JSON is valid YAML too); a key given twice in one
+        mapping is an error."""
+        return cls.from_dict(parse_yaml(text, source), source)
 
     @classmethod
     def from_json(cls, text: str, source: str = "<string>") -> Ladder:
-        """Parse and validate JSON."""
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ConfigError(
-                [ConfigIssue(f"line {err.lineno}, column {err.colno}",
-                             f"not valid JSON: {err.msg}", None, "fix the JSON syntax")],
-                source,
-            ) from None
-        return cls.from_dict(data, source)
+        """Parse and validate JSON; a key given twice in one object is an error."""
+        return cls.from_dict(parse_json(text, source), source)
 
     def to_yaml(self) -> str:
         """Dump to YAML that :meth:`from_yaml` reads back."""
@@ -370,22 +351,13 @@ def load_ladder(path: str | Path) -> Ladder:
     """Load a ladder from a YAML or JSON file.
 
     Raises:
-        ConfigError: naming the file, each field path, the bad value and the fix.
+        ConfigError: naming the file, each field path, the bad value and the fix (also
+            for a file that cannot be read or is not UTF-8).
 
     Example:
         >>> ladder = load_ladder("examples/ladders/gpu-serving.yaml")  # doctest: +SKIP
     """
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(
-            [ConfigIssue("", f"cannot read file: {err.strerror}", str(p),
-                         "check the path")], str(p)
-        ) from None
-    if p.suffix.lower() == ".json":
-        return Ladder.from_json(text, source=str(p))
-    return Ladder.from_yaml(text, source=str(p))
+    return Ladder.from_dict(load_document(path), source=str(Path(path)))
 
 
 def as_ladder(ladder: Ladder | str | Path) -> Ladder:
