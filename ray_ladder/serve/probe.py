@@ -10,14 +10,18 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from ray_ladder.cluster.capacity import CapacityView
+from ray_ladder.cluster.grants import report_demand
 from ray_ladder.core.placement import standby_replicas
 from ray_ladder.serve.calls import RungCaller
+from ray_ladder.serve.demand import wanted_units
 from ray_ladder.serve.errors import RungFailed
 from ray_ladder.serve.metrics import LadderMetrics
 from ray_ladder.serve.scaling import publish_primes
 from ray_ladder.serve.state import RouterState
 
 logger = logging.getLogger("ray_ladder.serve")
+#: A team-bound app reports its demand to the fleet arbiter at most this often.
+DEMAND_EVERY_S = 1.0
 
 #: Replica states that take requests: a replica on a draining node is PENDING_MIGRATION
 #: and still serves until Serve stops it (before the drain deadline).
@@ -57,13 +61,14 @@ class Prober:
         failed: Called with ``(rung, RungFailed)`` when a ping got an error.
         spawn: Runs a coroutine in the background (keeping a reference).
         clock: Wall clock.
+        team: The fleet team the app is bound to: its demand goes to the arbiter.
     """
 
     def __init__(self, state: RouterState, caller: RungCaller, view: CapacityView,
                  metrics: LadderMetrics, deployments: Mapping[str, str], *,
                  app: Callable[[], str], failed: Callable[[str, RungFailed], None],
                  spawn: Callable[[Coroutine[Any, Any, Any]], None],
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, team: str | None = None) -> None:
         self._state, self._caller, self._view, self._metrics = state, caller, view, metrics
         self._ladder = state.ladder
         self._deployments = dict(deployments)
@@ -72,6 +77,8 @@ class Prober:
         self._primed: dict[str, float] = {}  # cold rung -> when the router asked for it
         #: Done at the end of each probe (then replaced): requests waiting for a rung.
         self.probed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._team = team
+        self._reported_at = float("-inf")
         self.errors = 0
         self.last_s = 0.0
         self.max_lag_s = 0.0
@@ -101,8 +108,17 @@ class Prober:
         self._metrics.decision(decision)
         self._metrics.observed(self._state, now)  # `ray-ladder status`, gauges, replica-hours
         self._start_pings(now)
+        self._report_demand(now)
         probed, self.probed = self.probed, asyncio.get_running_loop().create_future()
         probed.set_result(None)
+
+    def _report_demand(self, now: float) -> None:
+        """A team-bound app tells the fleet arbiter what it wants (at most once a second)."""
+        if self._team is None or now - self._reported_at < DEMAND_EVERY_S:
+            return
+        self._reported_at = now
+        self._spawn(asyncio.to_thread(report_demand, self._team, self._app(),
+                                      wanted_units(self._state), now))
 
     async def loop(self) -> None:
         """Probe every ``probe_interval_s`` until the replica stops."""

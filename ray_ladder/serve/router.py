@@ -82,8 +82,10 @@ class LadderRouter:
             self._cache = (AnswerCache(settings.max_entries, settings.ttl_s) if settings
                            else AnswerCache())
         # A rung the hook released is held back once a better one has a running replica.
+        #: The fleet team the operator bound the app to (docs/teams.md); None: no fleet.
+        self.team: str | None = options.get("team")
         view = CapacityView(self.ladder, refresh_interval_s=policy.probe_interval_s,
-                            ready=self._state.is_warm)
+                            ready=self._state.is_warm, team=self.team)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._prober: Prober
         #: The request walk both routes drive (serve/walker.py over serve/walk.py).
@@ -92,7 +94,7 @@ class LadderRouter:
                              clock=self._clock, llm_rungs=self.llm_rungs)
         self._prober = Prober(self._state, self._caller, view, self._metrics,
                               deployments, app=self._app, failed=self.walker.mark_failed,
-                              spawn=self._spawn, clock=self._clock)
+                              spawn=self._spawn, clock=self._clock, team=self.team)
         try:
             await asyncio.wait_for(self._prober.probe(), timeout=30)
         except Exception:  # start anyway: the loop below keeps probing

@@ -26,6 +26,8 @@ PRIME_HOLD_S = 60.0
 #: Re-read the primes of a rung with no replica at most this often (Serve's controller
 #: calls the policy every 0.1 s: one KV read per loop per cold rung).
 PRIME_READ_EVERY_S = 0.1
+#: Where the fleet arbiter publishes a team's grants (ray_ladder.cluster.grants).
+GRANTS_PREFIX = "fleet/grants/"
 
 
 def publish_primes(app: str, primes: dict[str, float]) -> None:
@@ -65,10 +67,17 @@ class StandbyPolicy:
     policy applies it itself (rung deployments set ``downscale_to_zero_delay_s=0``), so
     that the hook can cut it short. Without a hook the timing is Serve's.
 
+    Where the app is bound to a fleet ``team`` (docs/teams.md), the replicas of a shared
+    rung are capped at the units the arbiter grants the team and does not reclaim (its
+    published entry, re-read at most once a second): a reclaimed unit's replica goes
+    once the router has moved its traffic (it treats the rung as going away), so the
+    unit is free for its owner. Without an entry (no arbiter) there is no cap.
+
     Args:
         standby: Replicas kept warm.
         ladder: The ladder's name (the hook's KV key); ``None`` ignores any hook.
         rung: This deployment's rung.
+        team: The fleet team the app is bound to (``None``: no fleet).
 
     Example:
         >>> AutoscalingPolicy(policy_function="ray_ladder.serve.scaling:StandbyPolicy",
@@ -77,10 +86,13 @@ class StandbyPolicy:
     """
 
     def __init__(self, standby: int = 0, ladder: str | None = None,
-                 rung: str | None = None) -> None:
+                 rung: str | None = None, team: str | None = None) -> None:
         self.standby = int(standby)
         self.ladder = ladder
         self.rung = rung
+        self.team = team
+        self._grants: dict[str, Any] | None = None
+        self._grants_at: float | None = None
         self._roles: dict[str, Any] | None = None
         self._read_at: float | None = None
         self._idle_since: float | None = None
@@ -97,6 +109,19 @@ class StandbyPolicy:
             self._primes = self._read_kv(PRIME_PREFIX + app)
         at = (self._primes or {}).get(self.rung)
         return isinstance(at, (int, float)) and -5.0 <= now - at < PRIME_HOLD_S
+
+    def granted(self, now: float) -> int | None:
+        """Units of this rung the arbiter grants the team and does not reclaim, or
+        ``None`` (no team, no arbiter entry, or not a shared rung: no cap)."""
+        if self.team is None or self.rung is None:
+            return None
+        if self._grants_at is None or not 0 <= now - self._grants_at < HOOK_READ_EVERY_S:
+            self._grants_at = now
+            self._grants = self._read_kv(GRANTS_PREFIX + self.team)
+        grant = ((self._grants or {}).get("rungs") or {}).get(self.rung)
+        if not isinstance(grant, dict):
+            return None
+        return max(0, int(grant.get("held", 0)) - int(grant.get("noticed", 0)))
 
     def _read_roles(self) -> dict[str, Any] | None:
         return self._read_kv(HOOK_ROLES_PREFIX + str(self.ladder))
@@ -145,10 +170,14 @@ class StandbyPolicy:
             # Serve's policy keeps a replica that is still pending (none running yet):
             # here only requests for the rung keep it.
             return (desired if ctx.total_num_requests > 0 else 0), state
+        cap = self.granted(float(now)) if now is not None else None
+        if cap is not None and cap <= 0:
+            self._idle_since = None  # nothing granted: only requests still there keep it
+            return (min(desired, 1) if ctx.total_num_requests > 0 else 0), state
         primed = now is not None and self.primed(
             float(now), getattr(ctx, "app_name", None), ctx.current_num_replicas == 0)
         floor = max(self.standby, 1) if role == "warming" or primed else self.standby
-        want = max(desired, floor)
+        want = max(desired, floor) if cap is None else min(max(desired, floor), cap)
         if want > 0 or ctx.target_num_replicas < 1 or now is None:
             self._idle_since = None
             return want, state

@@ -323,6 +323,10 @@ class RouterState:
         decision = self._decisions.get(key)
         return decision.degraded_s if decision is not None else 0.0
 
+    def replicas(self, rung: str) -> int:
+        """RUNNING replicas of ``rung`` at the last probe."""
+        return self._running.get(rung, 0)
+
     def is_warm(self, rung: str) -> bool:
         """Whether ``rung`` had a RUNNING replica at the last probe."""
         return self._running.get(rung, 0) > 0

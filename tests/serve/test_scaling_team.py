@@ -1,0 +1,45 @@
+"""The rung deployments' autoscaling under a fleet team's grants (serve/scaling.py):
+replicas capped at the units granted and not reclaimed, so a reclaimed unit comes free."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from ray_ladder.cluster import grants
+from ray_ladder.serve import scaling
+
+
+def _policy(kv: dict) -> scaling.StandbyPolicy:
+    policy = scaling.StandbyPolicy(standby=1, ladder="web", rung="h100", team="b")
+    policy._read_kv = lambda key: kv.get(key)  # type: ignore[method-assign]
+    return policy
+
+
+def _ctx(now: float, requests: int = 0) -> SimpleNamespace:
+    # No replica running yet (Serve's own policy then needs no config): what the cap
+    # decides for a rung whose replica would start.
+    return SimpleNamespace(current_num_replicas=0, target_num_replicas=0,
+                           total_num_requests=requests, policy_state={}, config=None,
+                           current_time=now, app_name="web")
+
+
+def test_the_serve_controller_copy_of_the_grants_key_matches_the_arbiter() -> None:
+    assert scaling.GRANTS_PREFIX == grants.GRANTS_PREFIX
+    assert scaling.HOOK_KV_NAMESPACE == grants.KV_NAMESPACE
+
+
+def test_without_an_arbiter_entry_the_standby_floor_holds() -> None:
+    assert _policy({})(_ctx(10.0))[0] == 1
+
+
+def test_replicas_are_capped_at_the_units_granted_and_not_reclaimed() -> None:
+    kv = {"fleet/grants/b": {"rungs": {"h100": {"held": 2, "noticed": 0}}}}
+    policy = _policy(kv)
+    assert policy(_ctx(10.0))[0] == 1  # the floor, under the cap
+    kv["fleet/grants/b"]["rungs"]["h100"] = {"held": 2, "noticed": 2}
+    assert policy(_ctx(11.5))[0] == 0  # every unit reclaimed, no request left: it goes
+
+
+def test_a_rung_the_team_holds_no_unit_of_runs_no_standby() -> None:
+    kv = {"fleet/grants/b": {"rungs": {"h100": {"held": 0, "noticed": 0}}}}
+    assert _policy(kv)(_ctx(10.0))[0] == 0
