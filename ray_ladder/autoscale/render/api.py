@@ -14,6 +14,7 @@ from ray_ladder.autoscale.render.catalog import machine_for, rung_hardware
 from ray_ladder.autoscale.render.ray_up import (
     PROVIDERS,
     RenderOptions,
+    check_rung_names,
     join_command,
     node_rungs,
     plan_node_types,
@@ -33,6 +34,7 @@ def render(ladder: Ladder, provider: str, options: RenderOptions | None = None
         'p5.48xlarge'
     """
     opts = options or RenderOptions()
+    check_rung_names(ladder, opts)
     if provider in ("aws", "gcp", "azure"):
         return render_ray_up(ladder, provider, opts)
     if provider == "local-fake":
@@ -109,8 +111,10 @@ def _capacity_notes(ladder: Ladder, provider: str, opts: RenderOptions) -> list[
             out += ["#", "# Reserved rungs run on AKS node pools tied to their capacity "
                     "reservation group; create each once:"]
             for r in reserved:
+                given = opts.node_resources.get(r.name)
                 vm = machine_for(rung_hardware(r, opts.accelerators.get(r.name)), "azure",
-                                 opts.instance_types.get(r.name)).name
+                                 opts.instance_types.get(r.name),
+                                 dict(given) if given is not None else None, r.name).name
                 out += [f"#   az aks nodepool add --cluster-name CLUSTER --resource-group RG "
                         f"--name {bought.aks_pool(r)} --node-vm-size {vm} \\",
                         f"#     --crg-id {bought.reservation_id('aks', r)}"]

@@ -3,29 +3,12 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ray_ladder.autoscale.render.machines import MACHINES, Machine, close_matches
 from ray_ladder.core.spec import Rung
 
 PROVIDERS = ("aws", "gcp", "azure")
-
-
-@dataclass(frozen=True)
-class Machine:
-    """One machine type of a cloud.
-
-    Attributes:
-        name: The cloud's machine type (``p5.48xlarge``, ``a3-highgpu-8g``...).
-        gpus: GPUs it carries.
-        cpus: vCPUs it carries.
-        gce_accelerator: GCP only: the ``guestAccelerators`` type an N1 machine needs
-            attached (``None``: the GPU is built into the machine type).
-    """
-
-    name: str
-    gpus: int
-    cpus: int
-    gce_accelerator: str | None = None
 
 
 @dataclass(frozen=True)
@@ -47,41 +30,52 @@ class Accelerator:
     ray_type: str | None = None
 
 
-def _m(name: str, gpus: int, cpus: int, gce: str | None = None) -> Machine:
-    return Machine(name, gpus, cpus, gce)
+def _m(name: str, gce: str | None = None) -> Machine:
+    """The catalog's default machine ``name``, counts from :data:`MACHINES` (a GCE N1 machine
+    with ``gce``: one GPU of that type attached)."""
+    known = next(rows[name] for rows in MACHINES.values() if name in rows)
+    if gce is None:
+        return known
+    return Machine(name, 1, known.cpus, known.memory_gib, None, gce)
 
 
 CATALOG: dict[str, Accelerator] = {a.key: a for a in (
-    Accelerator("h200", {"aws": _m("p5e.48xlarge", 8, 192), "gcp": _m("a3-ultragpu-8g", 8, 224),
-                         "azure": _m("Standard_ND96isr_H200_v5", 8, 96)},
+    Accelerator("h200", {"aws": _m("p5e.48xlarge"), "gcp": _m("a3-ultragpu-8g"),
+                         "azure": _m("Standard_ND96isr_H200_v5")},
                 "nvidia-h200-141gb", "NVIDIA-H200", "H200"),
-    Accelerator("h100", {"aws": _m("p5.48xlarge", 8, 192), "gcp": _m("a3-highgpu-8g", 8, 208),
-                         "azure": _m("Standard_ND96isr_H100_v5", 8, 96)},
+    Accelerator("h100", {"aws": _m("p5.48xlarge"), "gcp": _m("a3-highgpu-8g"),
+                         "azure": _m("Standard_ND96isr_H100_v5")},
                 "nvidia-h100-80gb", "NVIDIA-H100-80GB-HBM3", "H100"),
-    Accelerator("a100-80gb", {"aws": _m("p4de.24xlarge", 8, 96),
-                              "gcp": _m("a2-ultragpu-1g", 1, 12),
-                              "azure": _m("Standard_NC24ads_A100_v4", 1, 24)},
+    Accelerator("a100-80gb", {"aws": _m("p4de.24xlarge"),
+                              "gcp": _m("a2-ultragpu-1g"),
+                              "azure": _m("Standard_NC24ads_A100_v4")},
                 "nvidia-a100-80gb", "NVIDIA-A100-SXM4-80GB", "A100-80G"),
-    Accelerator("a100", {"aws": _m("p4d.24xlarge", 8, 96), "gcp": _m("a2-highgpu-1g", 1, 12),
-                         "azure": _m("Standard_NC24ads_A100_v4", 1, 24)},
+    Accelerator("a100", {"aws": _m("p4d.24xlarge"), "gcp": _m("a2-highgpu-1g"),
+                         "azure": _m("Standard_NC24ads_A100_v4")},
                 "nvidia-tesla-a100", "NVIDIA-A100-SXM4-40GB", "A100"),
-    Accelerator("l40s", {"aws": _m("g6e.xlarge", 1, 4)}, None, "NVIDIA-L40S", "L40S"),
-    Accelerator("l4", {"aws": _m("g6.xlarge", 1, 4), "gcp": _m("g2-standard-8", 1, 8)},
+    Accelerator("l40s", {"aws": _m("g6e.xlarge")}, None, "NVIDIA-L40S", "L40S"),
+    Accelerator("l4", {"aws": _m("g6.xlarge"), "gcp": _m("g2-standard-8")},
                 "nvidia-l4", "NVIDIA-L4", "L4"),
-    Accelerator("a10g", {"aws": _m("g5.xlarge", 1, 4)}, None, "NVIDIA-A10G", "A10G"),
-    Accelerator("a10", {"azure": _m("Standard_NV36ads_A10_v5", 1, 36)}, None, "NVIDIA-A10",
+    Accelerator("a10g", {"aws": _m("g5.xlarge")}, None, "NVIDIA-A10G", "A10G"),
+    Accelerator("a10", {"azure": _m("Standard_NV36ads_A10_v5")}, None, "NVIDIA-A10",
                 "A10"),
-    Accelerator("v100", {"aws": _m("p3.2xlarge", 1, 8),
-                         "gcp": _m("n1-standard-8", 1, 8, "nvidia-tesla-v100"),
-                         "azure": _m("Standard_NC6s_v3", 1, 6)},
+    Accelerator("v100", {"aws": _m("p3.2xlarge"),
+                         "gcp": _m("n1-standard-8", "nvidia-tesla-v100"),
+                         "azure": _m("Standard_NC6s_v3")},
                 "nvidia-tesla-v100", "Tesla-V100-SXM2-16GB", "V100"),
-    Accelerator("t4", {"aws": _m("g4dn.xlarge", 1, 4),
-                       "gcp": _m("n1-standard-8", 1, 8, "nvidia-tesla-t4"),
-                       "azure": _m("Standard_NC4as_T4_v3", 1, 4)},
+    Accelerator("t4", {"aws": _m("g4dn.xlarge"),
+                       "gcp": _m("n1-standard-8", "nvidia-tesla-t4"),
+                       "azure": _m("Standard_NC4as_T4_v3")},
                 "nvidia-tesla-t4", "Tesla-T4", "T4"),
-    Accelerator("cpu", {"aws": _m("m6i.2xlarge", 0, 8), "gcp": _m("n2-standard-8", 0, 8),
-                        "azure": _m("Standard_D8s_v5", 0, 8)}),
+    Accelerator("cpu", {"aws": _m("m6i.2xlarge"), "gcp": _m("n2-standard-8"),
+                        "azure": _m("Standard_D8s_v5")}),
 )}
+# An N1 default carries the GPU of the accelerator it is listed under.
+CATALOG = {k: replace(a, machines={c: m if m.accelerator else replace(m, accelerator=k)
+                                   for c, m in a.machines.items()})
+           for k, a in CATALOG.items()}
+#: A machine of the value's GPUs also carries a rung of the key's (same chip, more memory).
+SATISFIES = {"a100": ("a100-80gb",), "h100": ("h200",)}
 # Ray's accelerator_type values -> catalog keys.
 _BY_RAY_TYPE = {a.ray_type.lower(): a.key for a in CATALOG.values() if a.ray_type}
 _MIG = re.compile(r"^(?P<family>.+?)-mig-(?:\d+c\.)?(?P<g>\d+)g\.(?P<gb>\d+)gb$")
@@ -162,16 +156,91 @@ def rung_hardware(rung: Rung, override: str | None = None) -> RungHardware:
     return RungHardware("cpu", spot=spot, site=site, resource=resource)
 
 
-def machine_for(hw: RungHardware, provider: str, override: str | None = None) -> Machine:
-    """The machine type that carries ``hw`` on ``provider`` (``override``: a type name)."""
-    acc = CATALOG[hw.accelerator]
-    if override is not None:
-        base = acc.machines.get(provider)
-        return Machine(override, base.gpus if base else (0 if hw.accelerator == "cpu" else 1),
-                       base.cpus if base else 8, base.gce_accelerator if base else None)
-    machine = acc.machines.get(provider)
+#: The keys ``--node-resources RUNG=JSON`` takes: what one node of the machine has.
+NODE_RESOURCE_KEYS = ("CPU", "GPU")
+
+
+def node_resources_machine(name: str, hw: RungHardware, given: dict[str, int]) -> Machine:
+    """A machine the user describes with ``--node-resources`` (``{"CPU": 24, "GPU": 1}``).
+
+    Raises:
+        ValueError: a key other than CPU/GPU, a count that is not a whole number >= 0,
+            no CPU, or a GPU rung with no GPU.
+    """
+    unknown = sorted(set(given) - set(NODE_RESOURCE_KEYS))
+    if unknown:
+        raise ValueError(f"--node-resources for {name}: unknown key(s) {unknown}; valid: "
+                         f"{list(NODE_RESOURCE_KEYS)} (the rung's own resources are scaled "
+                         "from GPU)")
+    for key, value in given.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"--node-resources for {name}: {key} must be a whole number "
+                             f">= 0, got {value!r}")
+    if given.get("CPU", 0) < 1:
+        raise ValueError(f"--node-resources for {name}: say how many CPUs it has "
+                         '(e.g. {"CPU": 24, "GPU": 1})')
+    gpus = given.get("GPU", 0)
+    if hw.accelerator != "cpu" and not gpus:
+        raise ValueError(f"--node-resources for {name}: the rung needs a {hw.accelerator} "
+                         'GPU; give its count (e.g. {"CPU": 24, "GPU": 1})')
+    return Machine(name, gpus, given["CPU"], 0.0, hw.accelerator)
+
+
+def _known_machine(hw: RungHardware, provider: str, name: str, rung: str) -> Machine:
+    """The catalog's machine ``name`` on ``provider``, checked against the rung's GPU."""
+    machine = MACHINES.get(provider, {}).get(name)
     if machine is None:
+        near = close_matches(provider, name)
+        hint = ("; close matches: " + ", ".join(MACHINES[provider][n].describe() for n in near)
+                if near else "")
+        raise ValueError(
+            f"unknown {provider} machine type {name!r}{hint}. Pick a known one, or say what "
+            f"it has: --node-resources {rung}='{{\"CPU\": 24, \"GPU\": 1}}'")
+    if machine.accelerator is None:  # GCE N1: the rung's GPU is attached to it
+        base = CATALOG[hw.accelerator].machines.get(provider)
+        if hw.accelerator == "cpu":
+            return Machine(name, 0, machine.cpus, machine.memory_gib, "cpu")
+        if base is None or base.gce_accelerator is None:
+            raise ValueError(f"{name} takes attached GPUs (T4, V100), not {hw.accelerator}")
+        return Machine(name, 1, machine.cpus, machine.memory_gib, hw.accelerator,
+                       base.gce_accelerator)
+    if machine.accelerator not in (hw.accelerator, *SATISFIES.get(hw.accelerator, ())):
+        what = f"{machine.accelerator} GPUs" if machine.gpus else "no GPU"
+        raise ValueError(f"{machine.describe()} carries {what}, the rung needs "
+                         f"{hw.accelerator}; pick a {hw.accelerator} machine, or pass "
+                         f"--accelerator {rung}={machine.accelerator} if the rung should run "
+                         "on it")
+    return machine
+
+
+def machine_for(hw: RungHardware, provider: str, override: str | None = None,
+                resources: dict[str, int] | None = None, rung: str = "RUNG") -> Machine:
+    """The machine type that carries ``hw`` on ``provider``.
+
+    ``override`` names a machine type (``--instance-type``): its GPUs and vCPUs come from
+    :data:`MACHINES`, or from ``resources`` (``--node-resources``), which also describe a
+    type the catalog does not know. ``rung`` names the rung in error messages.
+
+    Raises:
+        ValueError: an unknown machine type without ``resources`` (naming close matches),
+            a machine whose GPUs are not the rung's, or no machine for ``hw`` here.
+    """
+    acc = CATALOG[hw.accelerator]
+    default = acc.machines.get(provider)
+    if resources is not None:
+        name = override or (default.name if default else None)
+        if name is None:
+            raise ValueError(f"{provider} offers no {hw.accelerator} machine in the catalog; "
+                             f"pass --instance-type {rung}=TYPE with --node-resources")
+        given = node_resources_machine(f"{rung} ({name})", hw, resources)
+        base = MACHINES.get(provider, {}).get(name)
+        gce = default.gce_accelerator if default and name.startswith("n1-") else None
+        return Machine(name, given.gpus, given.cpus, base.memory_gib if base else 0.0,
+                       hw.accelerator, gce)
+    if override is not None:
+        return _known_machine(hw, provider, override, rung)
+    if default is None:
         offered = sorted(k for k, a in CATALOG.items() if provider in a.machines)
         raise ValueError(f"{provider} offers no {hw.accelerator} machine in the catalog; pass "
-                         f"--instance-type RUNG=TYPE, or move the rung to one of {offered}")
-    return machine
+                         f"--instance-type {rung}=TYPE, or move the rung to one of {offered}")
+    return default

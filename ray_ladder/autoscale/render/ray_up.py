@@ -48,6 +48,16 @@ class RenderOptions:
         ladder_path: The ladder file mounted on the head (the hook reads it).
         cluster_name: Cluster name (default: the ladder's name).
         kube: KubeRay node labels: ``karpenter`` (EKS, the default), ``gke`` or ``aks``.
+        node_resources: Rung -> what one node of its machine has (``{"CPU": 24, "GPU": 1}``),
+            for a machine type the catalog does not know (or to correct it).
+        kind: KubeRay object: ``raycluster`` (default), ``rayservice`` or ``rayjob``.
+        serve_config: RayService only: the Serve config (``serve run`` file, parsed) whose
+            applications become ``serveConfigV2``.
+        entrypoint: RayJob only: the job's command.
+        image: Image repository of the Ray pods, built from ``docker/Dockerfile`` (the tag
+            is ``<ray_version>-py311[-gpu]``).
+        drain_timeout_s: KubeRay: ``RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S`` of the workers,
+            the notice a deleted pod gives (its grace period is this plus 30 s).
     """
 
     region: str | None = None
@@ -60,6 +70,12 @@ class RenderOptions:
     ladder_path: str = "ladder.yaml"
     cluster_name: str | None = None
     kube: str = "karpenter"
+    node_resources: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    kind: str = "raycluster"
+    serve_config: Mapping[str, Any] | None = None
+    entrypoint: str | None = None
+    image: str = "ray-ladder"
+    drain_timeout_s: float = 30.0
 
 
 def is_eu_region(provider: str, region: str) -> bool:
@@ -109,6 +125,22 @@ def node_resources_for(rung: Rung, hw: RungHardware, machine: Machine) -> dict[s
     return out
 
 
+def check_rung_names(ladder: Ladder, opts: RenderOptions) -> None:
+    """Every rung named in ``--instance-type`` / ``--accelerator`` / ``--node-resources`` exists.
+
+    Raises:
+        ValueError: naming the option, the unknown rung and the valid ones.
+    """
+    valid = [r.name for r in ladder.rungs if r.is_compute]
+    for flag, given in (("--instance-type", opts.instance_types),
+                        ("--accelerator", opts.accelerators),
+                        ("--node-resources", opts.node_resources)):
+        unknown = [name for name in given if name not in valid]
+        if unknown:
+            raise ValueError(f"{flag}: no compute rung {unknown[0]!r} in ladder "
+                             f"{ladder.name!r}; valid rungs: {valid}")
+
+
 def node_rungs(ladder: Ladder, opts: RenderOptions) -> list[Rung]:
     """Compute rungs that get a node type (rungs of static sites join by hand)."""
     return [r for r in ladder.rungs
@@ -125,7 +157,9 @@ def plan_node_types(ladder: Ladder, cloud: str, opts: RenderOptions) -> list[Nod
         if bought.left_out(cloud, rung):
             continue
         hw = rung_hardware(rung, opts.accelerators.get(rung.name))
-        machine = machine_for(hw, cloud, opts.instance_types.get(rung.name))
+        given = opts.node_resources.get(rung.name)
+        machine = machine_for(hw, cloud, opts.instance_types.get(rung.name),
+                              dict(given) if given is not None else None, rung.name)
         plans.append(NodeTypePlan(rung, hw, machine, node_resources_for(rung, hw, machine),
                                   rung_labels(rung)))
     return plans
