@@ -10,7 +10,8 @@ from pathlib import Path
 from tests._imports import folder, modules
 
 ROOT = Path(__file__).parent.parent
-#: Pure by design: every module under these folders, plus the pure planners elsewhere.
+#: Pure by design: every module under these folders, plus the pure planners, value
+#: modules and renderers elsewhere (tests/test_doctests.py runs all of their examples).
 PURE_FOLDERS = ("core", "simulate")
 PURE_MODULES = (
     "ray_ladder",
@@ -19,11 +20,35 @@ PURE_MODULES = (
     "ray_ladder.autoscale",
     "ray_ladder.autoscale.plan",
     "ray_ladder.autoscale.render",
+    "ray_ladder.autoscale.render.api",
+    "ray_ladder.autoscale.render.capacity",
+    "ray_ladder.autoscale.render.catalog",
+    "ray_ladder.autoscale.render.ray_up",
+    "ray_ladder.autoscale.sources",
+    "ray_ladder.autoscale.fake.cluster",
+    "ray_ladder.autoscale.fake.schedule",
     "ray_ladder.node.accelerators",
+    "ray_ladder.node.advertise",
+    "ray_ladder.node.detection",
+    "ray_ladder.node.nvml",
+    "ray_ladder.cluster.board",
     "ray_ladder.cluster.errors",
+    "ray_ladder.cluster.event_log",
+    "ray_ladder.cluster.event_store",
+    "ray_ladder.cluster.metrics",
     "ray_ladder.cluster.ray_private",
+    "ray_ladder.cluster.roles",
+    "ray_ladder.serve.cache",
+    "ray_ladder.serve.http",
+    "ray_ladder.serve.result",
+    "ray_ladder.serve.llm.ngram",
+    "ray_ladder.serve.llm.protocol",
+    "ray_ladder.train.history",
     "ray_ladder.train.lifecycle",
+    "ray_ladder.train.planner",
+    "ray_ladder.tune.history",
     "ray_ladder.tune.lifecycle",
+    "ray_ladder.demo.llm.records",
 )
 
 

@@ -123,7 +123,7 @@ class EventRing:
     Example:
         >>> ring = EventRing("w1", chunk_events=2, chunks=2)
         >>> for i in range(5):
-        ...     ring.add({"wall": float(i)})
+        ...     _ = ring.add({"wall": float(i)})  # the event, with its id
         >>> sorted(ring.dirty())  # chunk 2 (slot 0) holds event 4; slot 1 holds 2 and 3
         ['events/w1/00', 'events/w1/01']
     """
@@ -173,7 +173,9 @@ class StoreWriter:
 
     Example:
         >>> kv = MemoryKv(); w = StoreWriter(lambda: kv, start=False)
-        >>> _ = w.add_event({"wall": 1.0, "ladder": "l", "kind": "transition"}); w.flush()
+        >>> _ = w.add_event({"wall": 1.0, "ladder": "l", "kind": "transition"})
+        >>> w.flush()  # False: the KV was unreachable, the events wait
+        True
         >>> [e["ladder"] for e in read_events(kv)]
         ['l']
     """

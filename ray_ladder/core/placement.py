@@ -265,7 +265,8 @@ def standby_replicas(ladder: Ladder, rung: Rung) -> int:
     """Replicas kept warm for ``rung``: its ``standby_replicas``, else 1 on top, 0 below.
 
     Example:
-        >>> standby_replicas(ladder, ladder.rungs[0])  # doctest: +SKIP
+        >>> ladder = load_ladder("examples/ladders/gpu-serving.yaml")
+        >>> standby_replicas(ladder, ladder.rungs[0])  # h100 sets standby_replicas: 1
         1
     """
     if not rung.is_compute:

@@ -355,7 +355,9 @@ def load_ladder(path: str | Path) -> Ladder:
             for a file that cannot be read or is not UTF-8).
 
     Example:
-        >>> ladder = load_ladder("examples/ladders/gpu-serving.yaml")  # doctest: +SKIP
+        >>> ladder = load_ladder("examples/ladders/gpu-serving.yaml")
+        >>> ladder.names[0]
+        'h100'
     """
     return Ladder.from_dict(load_document(path), source=str(Path(path)))
 

@@ -45,7 +45,7 @@ def left_out(target: str, rung: Rung) -> str | None:
 
     Example:
         >>> left_out("aws", Rung(name="f", num_gpus=1, capacity={"type": "flex-start"}))
-        'AWS sells no queued (flex-start) capacity; flex-start is GCP\\'s'
+        "AWS sells no queued (flex-start) capacity; flex-start is GCP's"
     """
     return LEFT_OUT.get(target, {}).get(capacity_of(rung).type)
 

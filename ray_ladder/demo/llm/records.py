@@ -232,9 +232,9 @@ class StreamLog:
     """The clients' log, read back stream by stream (feed it more as it arrives).
 
     Example:
-        >>> log = StreamLog([Opened(0, 0, 1.0), Token(0, 1.2, "h100", " A")])
+        >>> log = StreamLog([Opened(0, 0, 1.0), Token(0, 1.25, "h100", " A")])
         >>> log.streams[0].ttft_s, len(log.open())
-        (0.2, 1)
+        (0.25, 1)
     """
 
     def __init__(self, events: Iterable[Event] = ()) -> None:
