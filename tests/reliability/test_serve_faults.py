@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 import time
+from typing import NamedTuple
 
 import cloudpickle
 import httpx
@@ -46,13 +47,27 @@ class Model:
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
+class Sent(NamedTuple):
+    """One request as its client saw it (``time.monotonic()`` clock)."""
+
+    sent: float
+    done: float
+    status: int  # -1: no HTTP answer
+    rung: str | None  # X-Ladder-Rung, or the client's error class
+
+    def spans(self, t: float, slack_s: float = 0.05) -> bool:
+        """Was it in flight at ``t``? (As bench/soak.py reads it, with 50 ms of slack.)"""
+        return self.sent - slack_s <= t <= self.done + slack_s
+
+
 class Load:
-    """POSTs at ``rate`` per second until stopped; keeps (sent at, status, rung)."""
+    """POSTs at ``rate`` per second until stopped, one at a time; keeps each :class:`Sent`.
+    """
 
     def __init__(self, url: str, rate: float = 20.0,
                  headers: dict[str, str] | None = None) -> None:
         self.url, self.rate, self.headers = url, rate, headers or {}
-        self.results: list[tuple[float, int, str | None]] = []
+        self.results: list[Sent] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -64,9 +79,10 @@ class Load:
             sent = time.monotonic()
             try:
                 r = client.post(self.url + "/", json={"i": i}, headers=self.headers)
-                self.results.append((sent, r.status_code, r.headers.get("x-ladder-rung")))
+                self.results.append(Sent(sent, time.monotonic(), r.status_code,
+                                         r.headers.get("x-ladder-rung")))
             except httpx.HTTPError as err:
-                self.results.append((sent, -1, type(err).__name__))
+                self.results.append(Sent(sent, time.monotonic(), -1, type(err).__name__))
             i += 1
             self._stop.wait(max(0.0, start + i / self.rate - time.monotonic()))
 
@@ -79,7 +95,10 @@ class Load:
         self._thread.join(timeout=90)
 
     def answered_after(self, t: float) -> int:
-        return sum(1 for r in list(self.results) if r[0] > t and r[1] == 200)
+        return sum(1 for r in list(self.results) if r.sent > t and r.status == 200)
+
+    def failed(self) -> list[Sent]:
+        return [r for r in self.results if r.status != 200]
 
 
 def actor_pid(name: str, namespace: str) -> int:
@@ -120,9 +139,9 @@ def app(local_cluster):
 
 
 def kill_under_load(url: str, name: str, namespace: str,
-                    headers: dict[str, str] | None = None) -> Load:
-    """SIGKILL actor ``name`` while 20 req/s flow; return the load once a new process of
-    it exists and 40 more requests were answered."""
+                    headers: dict[str, str] | None = None) -> tuple[Load, float]:
+    """SIGKILL actor ``name`` while 20 req/s flow; return the load (once 40 more requests
+    were answered after the kill) and the kill's time."""
     pid = actor_pid(name, namespace)
     with Load(url, headers=headers) as load:
         wait_until(lambda: load.answered_after(0) >= 20, SLOW, 0.05, "load flowing")
@@ -130,22 +149,28 @@ def kill_under_load(url: str, name: str, namespace: str,
         killed_at = time.monotonic()
         wait_until(lambda: load.answered_after(killed_at) >= 40, SLOW, 0.05,
                    "answers after the kill")
-    return load
+    return load, killed_at
 
 
-def test_sigkill_of_the_router_replica_under_load_fails_no_request(app):
+def test_sigkill_of_the_router_replica_under_load_fails_only_a_request_inside_it(app):
+    # A request inside the router replica at its SIGKILL gets Serve's proxy's 500 (it
+    # does not re-send what a replica took; docs/reliability.md): counted apart, as
+    # bench/soak.py does, so only a 500 in flight at the kill may fail. The client sends
+    # one request at a time: that is the request in flight then (or, within the 50 ms
+    # slack, its neighbour); every other request must be answered.
     (replica,) = router_replicas()
     old_pid = actor_pid(replica, "serve")
-    load = kill_under_load(app, replica, "serve")
-    assert [r for r in load.results if r[1] != 200] == []
+    load, killed_at = kill_under_load(app, replica, "serve")
+    in_router = [r for r in load.failed() if r.status == 500 and r.spans(killed_at)]
+    assert [r for r in load.failed() if r not in in_router] == []
     # Serve's controller started a replacement replica.
     wait_until(lambda: router_replicas() and actor_pid(router_replicas()[0], "serve") != old_pid,
                SLOW, 0.2, "a new router replica")
 
 
 def test_sigkill_of_the_serve_controller_under_load_fails_no_request(app):
-    load = kill_under_load(app, "SERVE_CONTROLLER_ACTOR", "serve")
-    assert [r for r in load.results if r[1] != 200] == []
+    load, _ = kill_under_load(app, "SERVE_CONTROLLER_ACTOR", "serve")
+    assert load.failed() == []
     wait_until(lambda: serve.status().applications["faults"].status == "RUNNING",
                SLOW, 0.2, "the restarted controller reports the app running")
 
@@ -153,8 +178,8 @@ def test_sigkill_of_the_serve_controller_under_load_fails_no_request(app):
 def test_sigkill_of_the_autoscaler_hook_under_load_fails_no_request(app):
     hook = ray.get_actor(hook_name(LADDER.name), namespace=HOOK_NAMESPACE)
     old_pid = actor_pid(hook_name(LADDER.name), HOOK_NAMESPACE)
-    load = kill_under_load(app, hook_name(LADDER.name), HOOK_NAMESPACE)
-    assert [r for r in load.results if r[1] != 200] == []
+    load, _ = kill_under_load(app, hook_name(LADDER.name), HOOK_NAMESPACE)
+    assert load.failed() == []
     # Ray restarted the hook (max_restarts=-1); it steps again from its published state.
     wait_until(lambda: actor_pid(hook_name(LADDER.name), HOOK_NAMESPACE) != old_pid
                and ray.get(hook.state.remote(), timeout=SLOW).get("serving") == "a100",
@@ -166,6 +191,6 @@ def test_requests_wait_for_the_replica_of_their_only_rung_to_restart(app):
     # node there is nothing to fall to, and the ladder must not shed a request that
     # Serve itself would queue for the replacement replica.
     (replica,) = replicas("a100")  # a rung deployment is named after its rung
-    load = kill_under_load(app, replica, "serve", headers={"X-Ladder-Min-Quality": "0.9"})
-    assert [r for r in load.results if r[1] != 200] == []
-    assert {r[2] for r in load.results} == {"a100"}
+    load, _ = kill_under_load(app, replica, "serve", headers={"X-Ladder-Min-Quality": "0.9"})
+    assert load.failed() == []
+    assert {r.rung for r in load.results} == {"a100"}
