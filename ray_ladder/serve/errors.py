@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from ray_ladder.cluster.errors import is_rung_gone
 from ray_ladder.core.exceptions import AttemptCause
 
@@ -61,6 +63,50 @@ def failure_reason(err: BaseException) -> str | None:
     return None
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return text[0][:200] if text else "no detail"
+#: The longest message an HTTP error body quotes from a rung's exception.
+MAX_MESSAGE_CHARS = 300
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def user_exception(err: BaseException) -> BaseException:
+    """The rung's own exception inside ``err``: a user error reaches the router as a
+    ``RayTaskError`` (one per actor hop) whose ``cause`` is what the rung's code raised.
+
+    Example:
+        >>> user_exception(ValueError("bad"))
+        ValueError('bad')
+    """
+    from ray.exceptions import RayTaskError
+
+    for _ in range(8):  # one RayTaskError per hop: router -> replica -> an actor it called
+        cause = getattr(err, "cause", None) if isinstance(err, RayTaskError) else None
+        if not isinstance(cause, BaseException):
+            return err
+        err = cause
+    return err
+
+
+def public_error(err: BaseException) -> tuple[str, str]:
+    """What an HTTP error body may say of ``err``: the user exception's class and the
+    first line of its message, without ANSI codes, at most :data:`MAX_MESSAGE_CHARS`.
+
+    Never the traceback, pid, node IP, actor id or replica repr that ``str()`` of a
+    ``RayTaskError`` carries: those go to the router's log only.
+
+    Example:
+        >>> public_error(ValueError("\x1b[31mno prompt\x1b[0m\\nmore"))
+        ('ValueError', 'no prompt')
+    """
+    from ray.exceptions import RayTaskError
+
+    cause = user_exception(err)
+    if isinstance(cause, RayTaskError):  # its cause did not travel: say nothing of it
+        return "RayTaskError", "the rung raised (its traceback is in the router's log)"
+    return type(cause).__name__, _first_line(cause, MAX_MESSAGE_CHARS)
+
+
+def _first_line(err: BaseException, limit: int = 200) -> str:
+    lines = [line.strip() for line in _ANSI.sub("", str(err)).splitlines() if line.strip()]
+    if not lines:
+        return "no detail"
+    return lines[0] if len(lines[0]) <= limit else lines[0][:limit - 3] + "..."

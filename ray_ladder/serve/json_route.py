@@ -11,6 +11,7 @@ from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.exceptions import LadderExhaustedError
 from ray_ladder.serve import http
 from ray_ladder.serve.bindings import relative_path
+from ray_ladder.serve.errors import public_error
 from ray_ladder.serve.result import LadderResult
 
 logger = logging.getLogger("ray_ladder.serve")
@@ -53,10 +54,12 @@ async def handle(router: JsonRouter, request: Any, max_body_bytes: int) -> Any:
         body, headers = http.unavailable(err, degraded)
         return JSONResponse(body, 503, headers=headers)
     except ValueError as err:  # the rung class refused the payload
-        return JSONResponse({"error": f"rejected by the rung: {err}"}, 400)
-    except Exception as err:  # a bug in a rung class: say so, with the rung's message
-        logger.exception("rung raised")
-        return JSONResponse({"error": f"rung error: {type(err).__name__}: {err}"}, 500)
+        logger.debug("rung refused the payload", exc_info=True)
+        return JSONResponse({"error": f"rejected by the rung: {public_error(err)[1]}"}, 400)
+    except Exception as err:  # a bug in a rung class: its class and message, no internals
+        logger.exception("rung raised")  # the whole traceback: the router's log only
+        kind, message = public_error(err)
+        return JSONResponse({"error": f"rung error: {kind}: {message}"}, 500)
     try:
         body_bytes = json.dumps(result.value).encode()
     except (TypeError, ValueError):

@@ -12,6 +12,7 @@ from ray_ladder.core.spec import Ladder
 from ray_ladder.serve import http
 from ray_ladder.serve.bindings import relative_path
 from ray_ladder.serve.cache import payload_key
+from ray_ladder.serve.errors import public_error
 from ray_ladder.serve.llm.responses import DONE, Answer, StreamRecord, models_list
 from ray_ladder.serve.llm.schema import OpenAIError, parse_request, wants_usage
 from ray_ladder.serve.llm.streams import Piece, StreamDriver, StreamFailed
@@ -68,6 +69,12 @@ def exhausted_error(err: LadderExhaustedError, degraded_s: float) -> OpenAIError
                        headers=http.unavailable_headers(err, degraded_s))
 
 
+def rung_error(err: BaseException) -> str:
+    """The message of a 500: ``rung error: <Type>: <first line>`` (``public_error``)."""
+    kind, message = public_error(err)
+    return f"rung error: {kind}: {message}"
+
+
 async def handle(router: Router, request: Any, max_body_bytes: int) -> Any:
     """Answer one request on an OpenAI route (4xx for every malformed request)."""
     from starlette.responses import JSONResponse, StreamingResponse
@@ -111,11 +118,11 @@ async def handle(router: Router, request: Any, max_body_bytes: int) -> Any:
     except LadderExhaustedError as err:
         return _error(exhausted_error(err, degraded))
     except ValueError as err:  # the rung class refused the request
-        return _error(OpenAIError(400, f"rejected by the rung: {err}"))
+        logger.debug("rung refused the request", exc_info=True)
+        return _error(OpenAIError(400, f"rejected by the rung: {public_error(err)[1]}"))
     except Exception as err:  # a bug in a rung class: a server error, said as such
-        logger.exception("rung raised")
-        return _error(OpenAIError(500, f"rung error: {type(err).__name__}: {err}",
-                                  type="server_error"))
+        logger.exception("rung raised")  # the whole traceback: the router's log only
+        return _error(OpenAIError(500, rung_error(err), type="server_error"))
     rung = first.rung if first is not None else (next(iter(record.tokens), None) or "none")
     headers = http.answer_headers(rung, degraded)
     if not req.stream:
@@ -151,8 +158,7 @@ async def _sse(answer: Answer, first: Piece | None, pieces: AsyncIterator[Piece]
         return
     except Exception as err:  # a rung bug mid-stream: close the stream cleanly, say why
         logger.exception("rung raised mid-stream")
-        yield answer.error_chunk(f"rung error: {type(err).__name__}: {err}",
-                                 type="server_error")
+        yield answer.error_chunk(rung_error(err), type="server_error")
         yield DONE
         return
     yield answer.final(rung, record, degraded_s=degraded)
