@@ -14,6 +14,8 @@ from ray_ladder.core.context import RungContext
 from ray_ladder.core.placement import standby_replicas
 from ray_ladder.core.spec import Ladder, as_ladder
 from ray_ladder.serve.bindings import Bindings
+from ray_ladder.serve.deployed import bind_rung, serve_target
+from ray_ladder.serve.llm.openai_server import is_openai_server
 from ray_ladder.serve.llm.protocol import is_llm_class
 from ray_ladder.serve.replica import replica_class
 
@@ -24,19 +26,51 @@ ROUTER_NAME = "LadderRouter"
 _POLICY = "ray_ladder.serve.scaling:StandbyPolicy"
 
 
-def _resolve_class(name: str, target: type | str) -> type:
-    if isinstance(target, type):
-        return target
+def _resolve(name: str, target: Any) -> Any:
+    """A ``rungs`` value as given: a class, a Serve deployment or application, or the
+    ``"module:attr"`` import path of one of them."""
     if isinstance(target, str) and ":" in target:
         module, _, attr = target.partition(":")
         try:
-            value = getattr(importlib.import_module(module), attr)
+            return getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as err:
             raise ValueError(f"rung {name!r}: cannot import {target!r}: {err}") from None
-        if isinstance(value, type):
-            return value
-        raise ValueError(f"rung {name!r}: {target!r} is a {type(value).__name__}, not a class")
-    raise ValueError(f"rung {name!r}: expected a class or 'module:Class', got {target!r}")
+    return target
+
+
+def _resolve_class(name: str, target: Any) -> type:
+    value = _resolve(name, target)
+    served = serve_target(value)
+    if served is not None:
+        return served.user_class
+    if isinstance(value, type):
+        return value
+    if isinstance(target, str) and ":" in target:
+        raise ValueError(f"rung {name!r}: {target!r} is a {type(value).__name__}, not a class, "
+                         "a Serve deployment or an application")
+    raise ValueError(f"rung {name!r}: expected a class, a Serve deployment or application, "
+                     f"or 'module:Class', got {target!r}")
+
+
+def _bind_rung(ladder: Ladder, rung_name: str, target: Any, init_kwargs: dict[str, Any],
+               extra_options: Mapping[str, Any] | None) -> Any:
+    """One compute rung's deployment, bound: a plain class in its replica wrapper, or the
+    user's own deployment with the rung's placement and scaling (``serve/deployed.py``)."""
+    from ray import serve
+
+    context = RungContext.of(ladder, rung_name)
+    options = _merge(rung_deployment_options(ladder, rung_name), extra_options)
+    served = serve_target(_resolve(rung_name, target))
+    if served is not None:
+        return bind_rung(served, context, options, init_kwargs)
+    cls = _resolve_class(rung_name, target)
+    return serve.deployment(**options)(replica_class(cls)).bind(cls, context, init_kwargs)
+
+
+def _is_llm_rung(name: str, target: Any) -> bool:
+    cls = _resolve_class(name, target)
+    return is_llm_class(cls) or (serve_target(_resolve(name, target)) is not None
+                                 and is_openai_server(cls))
 
 
 def _constraints(value: Constraints | Mapping[str, Any] | None) -> Constraints | None:
@@ -96,7 +130,7 @@ def rung_deployment_options(ladder: Ladder, rung_name: str) -> dict[str, Any]:
 
 def build_app(
     ladder: Ladder | str | Path,
-    rungs: Mapping[str, type | str],
+    rungs: Mapping[str, Any],
     *,
     init_kwargs: Mapping[str, dict[str, Any]] | None = None,
     max_body_bytes: int = 1_000_000,
@@ -121,6 +155,10 @@ def build_app(
         rungs: Compute rung name -> its class (or ``"module:Class"``); every compute rung
             needs one. The class takes ``(rung: RungContext, **init_kwargs)`` and its
             ``__call__(payload)`` (sync or async) returns a JSON-serializable answer.
+            A value may also be a Serve deployment (``@serve.deployment`` class: its own
+            options kept, built like a class) or application (``Model.bind(...)``,
+            Ray Serve LLM's ``build_llm_deployment(config)``: built from its own
+            arguments); the ladder sets its name, placement and scaling (docs/serve.md).
         init_kwargs: Rung name -> extra keyword arguments of its class.
         max_body_bytes: Larger HTTP bodies get 413.
         name: The router deployment's name (default ``"LadderRouter"``).
@@ -175,14 +213,8 @@ def build_app(
                         {p: c for p, c in ((p, _constraints(v)) for p, v in
                                            (routes or {}).items()) if c is not None})
 
-    bound: dict[str, Any] = {}
-    for rung_name in compute:
-        cls = _resolve_class(rung_name, rungs[rung_name])
-        wrapper = replica_class(cls)
-        options = _merge(rung_deployment_options(ladder, rung_name),
-                         (deployment_options or {}).get(rung_name))
-        bound[rung_name] = serve.deployment(**options)(wrapper).bind(
-            cls, RungContext.of(ladder, rung_name), dict((init_kwargs or {}).get(rung_name, {})))
+    bound = {n: _bind_rung(ladder, n, rungs[n], dict((init_kwargs or {}).get(n, {})),
+                           (deployment_options or {}).get(n)) for n in compute}
 
     actor_options: dict[str, Any] = {"num_cpus": 0}
     if router_label_selector is not None:
@@ -193,7 +225,7 @@ def build_app(
                      "max_ongoing_requests": 1000, "ray_actor_options": actor_options},
                     router_options)
     settings = {
-        "llm_rungs": [n for n in compute if is_llm_class(_resolve_class(n, rungs[n]))],
+        "llm_rungs": [n for n in compute if _is_llm_rung(n, rungs[n])],
         "bindings": (bindings.default, bindings.routes),
         "max_body_bytes": max_body_bytes,
         "assign_timeout_s": assign_timeout_s,
@@ -216,7 +248,8 @@ class LadderAppArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     ladder: str = Field(description="Path of the ladder YAML/JSON file.")
-    rungs: dict[str, str] = Field(description="Compute rung name -> 'module:Class'.")
+    rungs: dict[str, str] = Field(description="Compute rung name -> 'module:Class' (or the "
+                                  "import path of a Serve deployment or application).")
     init_kwargs: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Rung name -> keyword arguments of its class.")
     max_body_bytes: int = Field(1_000_000, ge=1, description="Larger bodies get 413.")

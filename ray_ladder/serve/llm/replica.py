@@ -3,11 +3,35 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ray_ladder.core.context import RungContext
 from ray_ladder.serve.llm.protocol import GenerationRequest
+
+
+async def stream_pieces(generate: Callable[[GenerationRequest], AsyncIterator[Any]],
+                        request: dict[str, Any]) -> AsyncIterator[str]:
+    """The pieces of one generation: ``generate``'s, as text, at most ``max_tokens``."""
+    req = GenerationRequest.from_dict(request)
+    if req.max_tokens <= 0:
+        return
+    produced = 0
+    async for piece in generate(req):
+        yield str(piece)
+        produced += 1
+        if produced >= req.max_tokens:
+            break
+
+
+async def whole_answer(generate: Callable[[GenerationRequest], AsyncIterator[Any]],
+                       rung: RungContext, payload: Any) -> dict[str, Any]:
+    """The JSON route's answer of an LLM rung: ``{"prompt"|"messages", "max_tokens"}``
+    -> the whole text, the model and the pieces it took."""
+    req = GenerationRequest.from_payload(payload)
+    pieces = [p async for p in stream_pieces(generate, req.to_dict())]
+    return {"text": "".join(pieces), "model": rung.params.get("model", rung.name),
+            "completion_tokens": len(pieces)}
 
 
 class LLMRungReplica:
@@ -29,22 +53,12 @@ class LLMRungReplica:
 
     async def ladder_generate(self, request: dict[str, Any]) -> AsyncIterator[str]:
         """The pieces of one generation (the router's streaming call)."""
-        req = GenerationRequest.from_dict(request)
-        if req.max_tokens <= 0:
-            return
-        produced = 0
-        async for piece in self.model.generate(req):
-            yield str(piece)
-            produced += 1
-            if produced >= req.max_tokens:
-                break
+        async for piece in stream_pieces(self.model.generate, request):
+            yield piece
 
     async def __call__(self, payload: Any) -> dict[str, Any]:
         """The JSON route: ``{"prompt"|"messages", "max_tokens"}`` -> the whole text."""
-        req = GenerationRequest.from_payload(payload)
-        pieces = [p async for p in self.ladder_generate(req.to_dict())]
-        return {"text": "".join(pieces), "model": self.rung.params.get("model", self.rung.name),
-                "completion_tokens": len(pieces)}
+        return await whole_answer(self.model.generate, self.rung, payload)
 
     async def ladder_ping(self) -> str:
         """The router's ping (it primes cold rungs and checks idle warm ones): the rung

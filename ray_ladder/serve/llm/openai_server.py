@@ -1,0 +1,136 @@
+"""The LLM rung protocol over a deployment that speaks OpenAI in-process: Ray Serve LLM's
+``LLMServer`` (``chat(request)`` / ``completions(request)`` yielding OpenAI SSE lines)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+from typing import Any, Literal
+
+from ray_ladder.core.context import RungContext
+from ray_ladder.core.exceptions import RungUnavailableError
+from ray_ladder.serve.llm.protocol import GenerationRequest
+
+Kind = Literal["chat", "completion"]
+
+
+def is_openai_server(cls: type) -> bool:
+    """Whether ``cls`` serves OpenAI in-process: ``chat`` and ``completions`` methods and
+    no ``generate`` of its own (Ray Serve LLM's ``LLMServer`` and its subclasses).
+
+    Example:
+        >>> class Server:
+        ...     async def chat(self, request): ...
+        ...     async def completions(self, request): ...
+        >>> is_openai_server(Server), is_openai_server(dict)
+        (True, False)
+    """
+    return (callable(getattr(cls, "chat", None)) and callable(getattr(cls, "completions", None))
+            and not callable(getattr(cls, "generate", None)))
+
+
+def openai_body(request: GenerationRequest, model: str) -> tuple[Kind, dict[str, Any]]:
+    """The streamed OpenAI request for ``request``: chat for a fresh chat, else a
+    completion of the rendered context (a stream that moved here continues its text).
+
+    Example:
+        >>> openai_body(GenerationRequest(prompt="Once", max_tokens=3), "m")[1]["prompt"]
+        'Once'
+    """
+    body: dict[str, Any] = {"model": model, "stream": True, "max_tokens": request.max_tokens,
+                            "temperature": request.temperature, "top_p": request.top_p}
+    if request.seed is not None:
+        body["seed"] = request.seed
+    if request.stop:
+        body["stop"] = list(request.stop)
+    if request.is_chat and not request.continuation:
+        body["messages"] = [{"role": m.role, "content": m.content} for m in request.messages]
+        return "chat", body
+    body["prompt"] = request.context_text()
+    return "completion", body
+
+
+def chunk_text(chunk: dict[str, Any]) -> str:
+    """The text of one OpenAI stream chunk (chat delta or completion text).
+
+    Raises:
+        RungUnavailableError: the chunk is an error (the engine failed mid-stream).
+
+    Example:
+        >>> chunk_text({"choices": [{"delta": {"content": "hi"}}]})
+        'hi'
+    """
+    if "error" in chunk:
+        raise RungUnavailableError(f"the engine's stream failed: {chunk['error']}")
+    choices = chunk.get("choices") or []
+    if not choices:
+        return ""
+    delta = choices[0].get("delta")
+    if isinstance(delta, dict):
+        return str(delta.get("content") or "")
+    return str(choices[0].get("text") or "")
+
+
+def item_texts(item: Any) -> list[str]:
+    """The texts of one item of ``LLMServer.chat``'s stream: a batch (list), one
+    ``data: {...}`` string, or an ``ErrorResponse`` (4xx: ``ValueError``, the request's
+    fault; else :class:`~ray_ladder.RungUnavailableError`, the ladder falls)."""
+    if isinstance(item, list | tuple):
+        return [text for part in item for text in item_texts(part)]
+    if isinstance(item, bytes):
+        item = item.decode()
+    if isinstance(item, str):
+        out = []
+        for line in item.splitlines():
+            data = line[5:].strip() if line.startswith("data:") else ""
+            if data and data != "[DONE]":
+                out.append(chunk_text(json.loads(data)))
+        return [t for t in out if t]
+    error = getattr(item, "error", None)
+    if error is not None:
+        code = getattr(error, "code", None)
+        message = str(getattr(error, "message", error))
+        if isinstance(code, int) and 400 <= code < 500:
+            raise ValueError(message)
+        raise RungUnavailableError(f"the engine answered an error: {message}")
+    raise TypeError(f"unexpected item {type(item).__name__} in an OpenAI stream")
+
+
+def openai_request(kind: Kind, body: dict[str, Any]) -> Any:
+    """The request object ``chat`` / ``completions`` take: Ray Serve LLM's
+    ``ChatCompletionRequest`` / ``CompletionRequest`` where it is installed (it needs vLLM
+    or SGLang), else the fields as attributes."""
+    try:
+        from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
+    except ImportError:
+        return SimpleNamespace(**body)
+    model = ChatCompletionRequest if kind == "chat" else CompletionRequest
+    return model(**body)
+
+
+class OpenAIServerRung:
+    """Mixin: ``generate`` (the LLM rung protocol) over the class's ``chat`` and
+    ``completions``; the ladder adds it to an OpenAI-server rung's class.
+
+    Override ``ladder_openai_request(kind, body)`` to build other request objects.
+    """
+
+    ladder_rung: RungContext
+
+    def ladder_openai_request(self, kind: Kind, body: dict[str, Any]) -> Any:
+        """The request object of one call (:func:`openai_request`)."""
+        return openai_request(kind, body)
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[str]:
+        """Stream the server's pieces for ``request``."""
+        rung = self.ladder_rung
+        kind, body = openai_body(request, str(rung.params.get("model", rung.name)))
+        method = getattr(self, "chat" if kind == "chat" else "completions")
+        stream = method(self.ladder_openai_request(kind, body))
+        if inspect.isawaitable(stream):  # LLMServer.chat is async and returns the stream
+            stream = await stream
+        async for item in stream:
+            for text in item_texts(item):
+                yield text
