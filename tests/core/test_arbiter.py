@@ -172,3 +172,19 @@ def test_water_fill_gives_whole_units_by_weight() -> None:
         {"a": 3, "b": 2}, {"a": 2, "b": 3})
     assert water_fill({"a": 0, "b": 5}, {"a": 1.0, "b": 1.0}, 3) == {"a": 0, "b": 3}
     assert water_fill({}, {}, 3) == {}
+
+
+def test_shared_capacity_counts_each_node_shape_as_its_nodes_would() -> None:
+    from ray_ladder.core.arbiter import shared_capacity
+    from ray_ladder.core.placement import NodeState
+
+    f = Fleet.from_dict({"fleet": "f", "rungs": {
+        "h100": {"resources": {"ladder/h100": 1}},
+        "pair": {"resources": {"ladder/h100": 2, "CPU": 8}}}, "teams": [{"name": "a"}]})
+    nodes = [NodeState(f"n{i}", i % 5 != 0, {"ladder/h100": 1 + i % 3, "CPU": 8 * (i % 2)},
+                       {}, draining=i % 7 == 0) for i in range(40)]
+    live = [n for n in nodes if n.alive and not n.draining]
+    assert shared_capacity(f, nodes) == {
+        "h100": sum(int(n.total["ladder/h100"]) for n in live),
+        "pair": sum(min(int(n.total["ladder/h100"]) // 2, int(n.total["CPU"]) // 8)
+                    for n in live)}
