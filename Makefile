@@ -9,12 +9,16 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
+# The extras each target needs (pyproject.toml names them for what they bring).
+DEMO_EXTRAS := demo,serve,llm,plots
+TEST_EXTRAS := test,demo,serve,llm,tune,train,plots,gpu
+
 $(VENV)/.demo-installed: $(PY) pyproject.toml
-	$(PY) -m pip install --quiet -e '.[demo]'
+	$(PY) -m pip install --quiet -e '.[$(DEMO_EXTRAS)]'
 	touch $@
 
 $(VENV)/.test-installed: $(PY) pyproject.toml
-	$(PY) -m pip install --quiet -e '.[test,demo]'
+	$(PY) -m pip install --quiet -e '.[$(TEST_EXTRAS)]'
 	touch $@
 
 demo: $(VENV)/.demo-installed

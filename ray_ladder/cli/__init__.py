@@ -7,6 +7,8 @@ import importlib.util
 
 import click
 
+from ray_ladder._lazy import MissingExtraError
+
 # name -> "module:attribute"; commands load on use so `ray-ladder validate` starts fast
 # and never imports Ray.
 _COMMANDS = {
@@ -40,6 +42,13 @@ class _LazyGroup(click.Group):
             return getattr(importlib.import_module(module), attr)
         except ModuleNotFoundError:
             return None
+
+    def invoke(self, ctx: click.Context) -> object:
+        # A missing optional dependency is one line naming its extra, exit 1, no traceback.
+        try:
+            return super().invoke(ctx)
+        except MissingExtraError as err:
+            raise click.ClickException(str(err)) from None
 
 
 @click.group(cls=_LazyGroup)

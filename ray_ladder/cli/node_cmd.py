@@ -13,6 +13,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from ray_ladder._lazy import requires_extra
 from ray_ladder.core.exceptions import ConfigError
 from ray_ladder.core.spec import load_ladder
 from ray_ladder.node.accelerators import (
@@ -81,7 +82,8 @@ def _gpustat_text() -> tuple[str | None, str | None]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
-            import gpustat
+            with requires_extra("gpu", "gpustat's view"):
+                import gpustat
 
             out = io.StringIO()
             gpustat.new_query().print_formatted(fp=out, no_color=True)

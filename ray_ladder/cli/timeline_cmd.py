@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from ray_ladder._lazy import require_modules, requires_extra
 from ray_ladder.cli.events_cmd import parse_duration
 from ray_ladder.cli.status_cmd import ADDRESS, open_cluster
 
@@ -67,8 +68,9 @@ def draw(events: Sequence[Mapping[str, Any]], ladders: Mapping[str, Mapping[str,
     Example:
         >>> draw(events, {}, "timeline.png")  # doctest: +SKIP
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    with requires_extra("plots", "ray-ladder timeline"):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
 
     by_ladder: dict[str, list[Mapping[str, Any]]] = {}
     for e in events:
@@ -132,6 +134,7 @@ def draw(events: Sequence[Mapping[str, Any]], ladders: Mapping[str, Mapping[str,
 def timeline(address: str, ladder_name: str | None, since: str | None, output: str) -> None:
     """Draw rung over time per ladder from the cluster's events, events marked."""
     window = parse_duration(since) if since else None  # a bad value fails before connecting
+    require_modules("plots", "ray-ladder timeline", ["matplotlib"])  # so does a missing extra
     reader = open_cluster(address)
     start = time.time() - window if window is not None else None
     events = [e for e in reader.events(ladder=ladder_name, since=start)

@@ -16,13 +16,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
+from ray_ladder._lazy import MissingExtraError, require_modules
 from ray_ladder.demo.session import LIVE_CLUSTERS, DemoError
+from ray_ladder.ladders import ladder_path
 
-LADDERS = Path(__file__).resolve().parents[2] / "examples" / "ladders"
-DEFAULT_LADDER = LADDERS / "demo.yaml"  # the digits story's
-LLM_LADDER = LADDERS / "llm.yaml"
+# Package data (ray_ladder/ladders/), so an installed wheel finds them as a checkout does.
+DEFAULT_LADDER = ladder_path("demo")  # the digits story's
+LLM_LADDER = ladder_path("llm")
 STORIES = ("llm", "digits")
+#: What the stories import (Ray Serve's HTTP stack, the load clients, the models, the
+#: plots): checked before a cluster starts, so a missing one names the demo extra at once.
+NEEDS = ("fastapi", "starlette", "uvicorn", "httpx", "matplotlib", "sklearn", "threadpoolctl")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -36,8 +42,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     "cache -> shed through two preemptions and a return.")
     p.add_argument("--story", choices=STORIES, default="llm", help="which story (default: llm)")
     p.add_argument("--ladder", type=Path, default=None,
-                   help=f"ladder YAML (default: {LLM_LADDER.name} for llm, "
-                        f"{DEFAULT_LADDER.name} for digits)")
+                   help=f"ladder YAML (default: the shipped {LLM_LADDER.name} for llm, "
+                        f"{DEFAULT_LADDER.name} for digits, in {LLM_LADDER.parent})")
     p.add_argument("--out", type=Path, default=Path("demo-out"), help="output folder")
     p.add_argument("--serve-timeout", type=float, default=120.0,
                    help="seconds to wait for the top rung's first answer after deploying")
@@ -99,6 +105,11 @@ def _watchdog(deadline_s: float, console: Console) -> threading.Timer:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the demo: 0 when the story ran and traffic climbed back, non-zero otherwise."""
     args = parse_args(argv)
+    try:
+        require_modules("demo", "python -m ray_ladder.demo", NEEDS)
+    except MissingExtraError as err:
+        print(f"demo failed: {err}", file=sys.stderr)
+        return 1
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     console = Console()
     timer = _watchdog(args.deadline, console)
@@ -111,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_llm_demo(args, console)
     except DemoError as err:
-        console.print(f"[bold red]demo failed:[/bold red] {err}")
+        console.print(f"[bold red]demo failed:[/bold red] {escape(str(err))}")
         return 1
     except KeyboardInterrupt:
         console.print("[yellow]interrupted; the cluster was stopped[/yellow]")
@@ -119,7 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:  # anything else: one clear line; the traceback with --verbose
         if args.verbose:
             console.print_exception()
-        console.print(f"[bold red]demo failed:[/bold red] {type(err).__name__}: {err}")
+        # escape: "pip install 'ray-ladder[plots]'" is not markup
+        console.print(f"[bold red]demo failed:[/bold red] {type(err).__name__}: "
+                      f"{escape(str(err))}")
         return 1
     finally:
         timer.cancel()

@@ -130,7 +130,9 @@ def mig_profile(gi_slices: int, ci_slices: int, memory_mb: int, parent_total_byt
 
 
 def _no_gpu(err: BaseException) -> Detection:
-    if error_code(err) in NO_DRIVER_CODES or isinstance(err, NvmlImportError):
+    if isinstance(err, NvmlImportError):  # a CPU node needs no NVML binding: say which extra
+        return Detection("no-driver", message=f"no NVML binding ({err})")
+    if error_code(err) in NO_DRIVER_CODES:
         return Detection("no-driver", message=f"no NVIDIA driver ({error_text(err)})")
     return Detection("error", message=f"NVML failed: {error_text(err)}")
 

@@ -10,6 +10,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Protocol
 
+from ray_ladder._lazy import requires_extra
+
 # NVML return codes (nvml.h); errors are told apart by their ``.value`` so that pynvml's
 # error classes and the fake's answer to the same code the same way.
 NVML_ERROR_NOT_SUPPORTED = 3
@@ -58,14 +60,15 @@ class NvmlApi(Protocol):
 
 
 class NvmlImportError(ImportError):
-    """pynvml (nvidia-ml-py) is not installed."""
+    """The ``pynvml`` module (package ``nvidia-ml-py``, the ``gpu`` extra) is not installed."""
 
 
 def load_pynvml() -> NvmlApi:
     """The real pynvml module, imported quietly.
 
     Raises:
-        NvmlImportError: when neither ``nvidia-ml-py`` nor ``pynvml`` is installed.
+        NvmlImportError: when ``nvidia-ml-py`` is not installed; the message names the
+            extra that brings it (``pip install 'ray-ladder[gpu]'``).
 
     Example:
         >>> nvml = load_pynvml()  # doctest: +SKIP
@@ -75,9 +78,10 @@ def load_pynvml() -> NvmlApi:
             # The `pynvml` shim package warns that it is deprecated in favour of
             # nvidia-ml-py, which provides the very module we import.
             warnings.simplefilter("ignore", FutureWarning)
-            import pynvml
+            with requires_extra("gpu", "GPU detection (nvidia-ml-py)"):
+                import pynvml
     except ImportError as err:
-        raise NvmlImportError(f"pynvml is not installed ({err})") from None
+        raise NvmlImportError(str(err)) from None
     return pynvml  # type: ignore[return-value]
 
 

@@ -19,7 +19,8 @@ _LAZY = {
 __all__ = ["LadderAppArgs", "LadderResult", "LadderRouter", "app_builder", "build_app"]
 
 
-__getattr__ = lazy_getattr("ray_ladder.serve", _LAZY, globals())
+__getattr__ = lazy_getattr("ray_ladder.serve", _LAZY, globals(), extra="serve",
+                           probe="ray.serve")
 
 
 def __dir__() -> list[str]:

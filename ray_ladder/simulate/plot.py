@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ray_ladder._lazy import requires_extra
 from ray_ladder.simulate.report import PolicyReport, SimulationReport
 
 if TYPE_CHECKING:
@@ -40,8 +41,9 @@ def plot_report(report: SimulationReport, path: str | Path, *, max_policies: int
     Example:
         >>> plot_report(report, "sim-out/gpu.png")  # doctest: +SKIP
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    with requires_extra("plots", "plot_report (simulate --plot)"):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
 
     policies = (report.comparison or report.policies)[:max_policies]
     traced = list(report.timeline.names)

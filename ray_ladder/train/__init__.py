@@ -6,9 +6,7 @@ worker that resumes pays nothing for them; the trainer and its policy load on fi
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from ray_ladder._lazy import lazy_getattr
 from ray_ladder.train.gang import GangCapacity, gang_capacity, train_ladder, worker_demand
 from ray_ladder.train.history import LadderSummary, TrainSpan
 from ray_ladder.train.planner import GangPlanner, Placement
@@ -40,13 +38,8 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ray_ladder.train' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr("ray_ladder.train", _LAZY, globals(), extra="train",
+                           probe="ray.train")
 
 
 def __dir__() -> list[str]:

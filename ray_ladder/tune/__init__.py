@@ -32,7 +32,8 @@ __all__ = [
     "with_ladder",
 ]
 
-__getattr__ = lazy_getattr("ray_ladder.tune", _LAZY, globals())
+__getattr__ = lazy_getattr("ray_ladder.tune", _LAZY, globals(), extra="tune",
+                           probe="ray.tune")
 
 
 def __dir__() -> list[str]:

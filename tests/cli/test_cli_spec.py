@@ -13,7 +13,8 @@ from ray_ladder import load_ladder
 from ray_ladder.cli import main
 
 ROOT = Path(__file__).parents[2]
-EXAMPLES = sorted((ROOT / "examples" / "ladders").glob("*.yaml"))
+EXAMPLES = sorted([*(ROOT / "examples" / "ladders").glob("*.yaml"),
+                   *(ROOT / "ray_ladder" / "ladders").glob("*.yaml")])  # the shipped ones too
 BAD = Path(__file__).parents[1] / "data" / "bad"
 
 

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _ray_requirement() -> str:
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    [req] = [d for d in deps if re.match(r"ray\[", d)]
+    [req] = [d for d in deps if re.match(r"ray\b(?!-)", d)]  # "ray>=2.60,<2.61"
     return req
 
 

@@ -23,6 +23,7 @@ from ray_ladder.core.spec import as_ladder
 
 BAD = Path(__file__).parents[1] / "data" / "bad"
 EXAMPLES = Path(__file__).parents[2] / "examples" / "ladders"
+SHIPPED = Path(__file__).parents[2] / "ray_ladder" / "ladders"  # the demo's, package data
 
 # file -> (field path, text naming the bad value or None when the field is missing,
 #          text the fix must contain). One file per validation rule.
@@ -315,7 +316,8 @@ def test_yaml_json_and_dict_give_the_same_ladder(tmp_path: Path) -> None:
     assert from_dict.names == ["h100", "cpu", "shed"]
 
 
-@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted([*EXAMPLES.glob("*.yaml"), *SHIPPED.glob("*.yaml")]),
+                         ids=lambda p: p.name)
 def test_to_yaml_round_trips(path: Path) -> None:
     ladder = load_ladder(path)
     assert Ladder.from_yaml(ladder.to_yaml()) == ladder

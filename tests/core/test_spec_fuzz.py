@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 from ray_ladder import ConfigError, Ladder
 from ray_ladder.cli import main as cli_main
 
-EXAMPLES = sorted((Path(__file__).parents[2] / "examples" / "ladders").glob("*.yaml"))
+ROOT = Path(__file__).parents[2]
+EXAMPLES = sorted([*(ROOT / "examples" / "ladders").glob("*.yaml"),
+                   *(ROOT / "ray_ladder" / "ladders").glob("*.yaml")])
 BASES = [yaml.safe_load(p.read_text()) for p in EXAMPLES]
 
 scalars = (st.none() | st.booleans() | st.integers(-10**9, 10**9)

@@ -36,9 +36,10 @@ from ray_ladder.demo.report import (
 )
 from ray_ladder.demo.run import DemoError, to_demo_time, train
 from ray_ladder.demo.story import DEFAULT_STORY, Step, StoryEvent, run_story
+from ray_ladder.ladders import ladder_path
 from ray_ladder.testing import node_type_for_rung, wait_until
 
-DEMO_LADDER = Path(__file__).resolve().parents[2] / "examples" / "ladders" / "demo.yaml"
+DEMO_LADDER = ladder_path("demo")
 LADDER = ["h100", "a100", "cpu", "cache", "shed"]
 
 

@@ -47,7 +47,7 @@ def measure_models(ladder: Ladder) -> dict[str, RungModel]:
     """Train each compute rung's model as its replica will and score it held-out.
 
     Example:
-        >>> models = measure_models(load_ladder("examples/ladders/llm.yaml"))  # doctest: +SKIP
+        >>> models = measure_models(load_ladder(ladder_path("llm")))  # doctest: +SKIP
         >>> models["h100"].quality > models["cpu"].quality  # doctest: +SKIP
         True
     """

@@ -42,7 +42,7 @@ def llm_story(ladder: Ladder, kill_at_s: float, back_at_s: float) -> tuple[Step,
     """SIGKILL the top rung's node at ``kill_at_s``, add a new one at ``back_at_s``.
 
     Example:
-        >>> [s.label for s in llm_story(load_ladder("examples/ladders/llm.yaml"), 12, 24)]
+        >>> [s.label for s in llm_story(load_ladder(ladder_path("llm")), 12, 24)]
         ... # doctest: +SKIP
         ['h100 preempted', 'h100 back']
     """

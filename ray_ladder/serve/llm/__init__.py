@@ -20,4 +20,5 @@ _LAZY = {
 __all__ = ["CounterRung", "GenerationRequest", "Message", "NGramLM", "NGramRung",
            "OpenAIBackendRung", "count_tokens"]
 
-__getattr__ = lazy_getattr("ray_ladder.serve.llm", _LAZY, globals())
+# OpenAIBackendRung names the llm extra itself (httpx); the rest needs Ray Serve.
+__getattr__ = lazy_getattr("ray_ladder.serve.llm", _LAZY, globals(), extra="serve")

@@ -8,11 +8,13 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
-
+from ray_ladder._lazy import requires_extra
 from ray_ladder.core.context import RungContext
 from ray_ladder.core.exceptions import RungUnavailableError
 from ray_ladder.serve.llm.protocol import GenerationRequest
+
+with requires_extra("llm", "OpenAIBackendRung"):
+    import httpx
 
 CONTINUE_MODES = ("completions", "vllm")
 
