@@ -14,6 +14,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from ray_ladder.autoscale.sources import STATE_PREFIX
+from ray_ladder.cli.status_cmd import open_cluster
+from ray_ladder.cluster.event_store import Kv, read_entries
 from ray_ladder.core.exceptions import ConfigError
 from ray_ladder.core.spec import load_ladder
 
@@ -23,11 +26,14 @@ _ADDRESS = click.option("--address", default="auto", show_default=True,
 
 @contextmanager
 def _connected(address: str) -> Iterator[None]:
+    """Join the cluster as a driver, after checking within seconds that one answers
+    (``ray.init`` alone waits for a GCS that is not there, forever): exit 3 otherwise."""
     import ray
 
     if ray.is_initialized():  # already a driver (tests, notebooks): reuse the connection
         yield
         return
+    open_cluster(address)  # prints why and exits EXIT_NO_CLUSTER (3) when none answers
     ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
     try:
         yield
@@ -81,6 +87,13 @@ def status_table(name: str, state: dict[str, Any], now: float) -> Table:
     return table
 
 
+def hook_states(kv: Kv, ladder: str | None = None) -> dict[str, dict[str, Any]]:
+    """The hook states published in the cluster's KV, by ladder (all, or ``ladder``'s)."""
+    entries = read_entries(kv, STATE_PREFIX + (ladder or ""))
+    names = {key[len(STATE_PREFIX):]: state for key, state in entries.items()}
+    return {name: state for name, state in names.items() if ladder in (None, name)}
+
+
 @click.group()
 def autoscale() -> None:
     """Run and inspect the autoscaler hook (one actor per ladder)."""
@@ -91,11 +104,12 @@ def autoscale() -> None:
 @click.option("--ladder", "ladder_name", default=None, help="Only this ladder.")
 @click.option("--json", "as_json", is_flag=True, help="Print the raw state as JSON.")
 def status(address: str, ladder_name: str | None, as_json: bool) -> None:
-    """Show each hook's state: target per rung, last stock-out, next retry."""
-    from ray_ladder.autoscale.hook import hook_state
+    """Show each hook's state: target per rung, last stock-out, next retry.
 
-    with _connected(address):
-        states = hook_state(ladder_name)
+    Read-only, like `ray-ladder status`: it joins no cluster (no driver, job or actor).
+    Exit 0: found; 1: no hook state; 3: no cluster at the address (within seconds).
+    """
+    states = hook_states(open_cluster(address).kv, ladder_name)
     if not states:
         click.echo(f"no autoscaler hook state found{f' for {ladder_name!r}' if ladder_name else ''}"
                    "; start one with `ray-ladder autoscale start LADDER.yaml`", err=True)
@@ -125,7 +139,10 @@ def status(address: str, ladder_name: str | None, as_json: bool) -> None:
 @click.option("--drain-s", type=float, default=None, help="Drain time before release (s).")
 @click.option("--interval-s", type=float, default=None, help="Seconds between steps.")
 def start(ladder_file: str, address: str, node_types: tuple[str, ...], **values: Any) -> None:
-    """Start the hook actor of LADDER_FILE (detached; returns at once)."""
+    """Start the hook actor of LADDER_FILE (detached; returns at once).
+
+    Exit 2: an invalid ladder file or option; 3: no cluster at the address.
+    """
     from ray_ladder.autoscale.hook import hook_name, start_hook
 
     try:
@@ -161,7 +178,10 @@ def start(ladder_file: str, address: str, node_types: tuple[str, ...], **values:
 @click.option("--ladder", "ladder_name", required=True, help="Ladder whose hook to stop.")
 @_ADDRESS
 def stop(ladder_name: str, address: str) -> None:
-    """Stop a ladder's hook and withdraw its node request."""
+    """Stop a ladder's hook and withdraw its node request.
+
+    Exit 1: no hook runs for the ladder; 3: no cluster at the address.
+    """
     from ray_ladder.autoscale.hook import stop_hook
 
     with _connected(address):

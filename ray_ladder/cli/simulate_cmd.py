@@ -6,7 +6,9 @@ import sys
 from pathlib import Path
 
 import click
+from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from ray_ladder.core.spec import load_ladder
@@ -62,23 +64,51 @@ def rung_table(report: SimulationReport) -> Table:
     return table
 
 
-def comparison_table(report: SimulationReport) -> Table:
-    """One row per compared policy (and the oracle), the same columns for every one."""
+def _comparison_rows(report: SimulationReport) -> tuple[list[str], list[list[str]]]:
+    """The comparison's headers and rows as text (one row per policy, then the oracle)."""
     top = report.rungs[0]["name"] if report.rungs else "top"
-    table = Table(title=f"policies side by side (flaps: a climb, then a fall within "
-                        f"{fmt_s(report.flap_window_s)})")
-    table.add_column("policy", min_width=12, overflow="fold")
-    for col in ("q x avail", f"on {top}", "unserved", "climbs/d", "falls/d", "flaps",
-                "$/served h"):
-        table.add_column(col, justify="right", no_wrap=True)
-    rows = [*report.comparison, report.oracle]
-    for p in rows:
+    headers = ["policy", "q x\navail", f"on\n{top}", "nothing\nserved", "climbs\n/day",
+               "falls\n/day", "flaps", "$ per\nserved h"]
+    rows = []
+    for p in [*report.comparison, report.oracle]:
         name = "oracle (h=1, free switching)" if p is report.oracle else p.policy
         cph = "-" if p.cost_per_served_hour is None else f"{p.cost_per_served_hour:.2f}"
-        table.add_row(name, f"{p.quality_weighted_availability:.4f}", _pct(p.top_fraction),
-                      f"{100 * p.unserved_fraction:.2f}%", f"{p.climbs_per_day:.2f}",
-                      f"{p.falls_per_day:.2f}", str(p.flaps), cph)
+        rows.append([name, f"{p.quality_weighted_availability:.4f}", _pct(p.top_fraction),
+                     f"{100 * p.unserved_fraction:.2f}%", f"{p.climbs_per_day:.2f}",
+                     f"{p.falls_per_day:.2f}", str(p.flaps), cph])
+    return headers, rows
+
+
+def _compare_table(report: SimulationReport, headers: list[str], rows: list[list[str]],
+                   cols: list[int], first: bool) -> Table:
+    title = (f"policies side by side (flaps: a climb, then a fall within "
+             f"{fmt_s(report.flap_window_s)})") if first else None
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column(headers[0], min_width=16, max_width=16, overflow="fold")
+    for i in cols:
+        table.add_column(headers[i], justify="right", no_wrap=True)
+    for row in rows:
+        table.add_row(row[0], *(row[i] for i in cols))
     return table
+
+
+def comparison_tables(report: SimulationReport, console: Console) -> list[Table]:
+    """One row per compared policy (and the oracle), the same columns for every one.
+
+    The columns fit 80 (a pipe's width) together: two-line headers, no vertical rules.
+    Narrower, the figures wrap onto a second table under the first, each with the
+    policy column, so no column is ever cut off.
+    """
+    headers, rows = _comparison_rows(report)
+    wide = console.options.update(width=10_000)  # measure unclamped, compare to the width
+    groups: list[list[int]] = [[]]
+    for i in range(1, len(headers)):
+        trial = _compare_table(report, headers, rows, [*groups[-1], i], False)
+        if groups[-1] and Measurement.get(console, wide, trial).minimum > console.width:
+            groups.append([])
+        groups[-1].append(i)
+    return [_compare_table(report, headers, rows, cols, n == 0)
+            for n, cols in enumerate(groups)]
 
 
 def policy_table(report: SimulationReport) -> Table:
@@ -168,7 +198,7 @@ def _needs(need_args: tuple[str, ...]) -> dict[str, int]:
 @click.option("--flap-window", default=None, metavar="DUR",
               help="Window for counting flaps (default: one hysteresis window).")
 @click.option("--json", "json_out", default=None, type=click.Path(dir_okay=False),
-              help="Write the JSON report here.")
+              help="Write the JSON report here (- for stdout; the tables go to stderr).")
 @click.option("--plot", "plot_out", default=None, type=click.Path(dir_okay=False),
               help="Write a PNG here (rung over time, traces, trade-off).")
 def simulate(
@@ -220,16 +250,24 @@ def simulate(
     except ValueError as err:  # ConfigError is a ValueError too
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
-    console = Console()
+    # `--json -`: the report is stdout (for jq and pipes), so the tables go to stderr.
+    console = Console(stderr=json_out == "-")
     console.print(rung_table(report))
     if report.policies:
         console.print(policy_table(report))
-    if report.comparison:
-        console.print(comparison_table(report))
-    if json_out:
+    for table in comparison_tables(report, console) if report.comparison else []:
+        console.print(table)
+    if json_out == "-":
+        click.echo(report.to_json())
+    elif json_out:
         path = Path(json_out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(report.to_json() + "\n", encoding="utf-8")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(report.to_json() + "\n", encoding="utf-8")
+        except OSError as err:
+            click.echo(f"error: cannot write the JSON report to {path}: {err.strerror}. "
+                       "Fix: give a writable path, or - for stdout", err=True)
+            sys.exit(2)
         console.print(f"JSON report: {path}")
     if plot_out:
         from ray_ladder.simulate.plot import plot_report

@@ -119,7 +119,8 @@ def simulate(
         constraints: Restrict the eligible rungs, as for a live request.
         compare: Policies to replay side by side: names or specs
             (``"karpenter:consolidation=on"``, ``"all"``) or policy objects. Without
-            ``hysteresis``, comparing skips the hysteresis sweep.
+            ``hysteresis``, comparing skips the hysteresis sweep (and the two delays,
+            which belong to it, are refused: each compared policy has its own).
         need: Rung -> instances it needs at once (default: the rung's ``params.nodes``;
             a trace spec's ``@K`` wins over both).
         flap_window_s: Window for counting flaps (default: one hysteresis window of the
@@ -140,6 +141,13 @@ def simulate(
     _check_args(ladder, traces, promotion_delay_s=promotion_delay_s,
                 demotion_delay_s=demotion_delay_s, tick_s=tick_s, duration_s=duration_s)
     compared = parse_policies(compare) if compare is not None else []
+    if compared and hysteresis is None and (promotion_delay_s or demotion_delay_s):
+        # Comparing skips the sweep these delays belong to: say so rather than drop them.
+        raise ValueError(
+            "promotion_delay_s / demotion_delay_s (--promotion-delay / --demotion-delay) "
+            "apply to the hysteresis sweep, which comparing alone skips; give each "
+            "compared policy its own switching costs (ladder:start=341,climb=0, "
+            "ray-native:start=341...) or add hysteresis (--hysteresis) to sweep as well")
     hs = _hysteresis_list(hysteresis, ladder, comparing=bool(compared))
     if flap_window_s is not None and flap_window_s < 0:
         raise ValueError(f"flap_window_s must be >= 0, got {flap_window_s}")
