@@ -18,3 +18,6 @@ ray-ladder render $L/capacity.yaml --provider gke-computeclass -o cluster-config
 ray-ladder render $L/capacity.yaml --provider kuberay -o cluster-configs/capacity-kuberay-eks.yaml
 ray-ladder render $L/capacity.yaml --provider kuberay --kube gke -o cluster-configs/capacity-kuberay-gke.yaml
 ray-ladder render $L/capacity.yaml --provider kuberay --kube aks -o cluster-configs/capacity-kuberay-aks.yaml
+# KubeRay as users run it: a RayService of the example Serve app, a RayJob of the batch example.
+ray-ladder render examples/ladders/gpu-serving.yaml --provider kuberay --kind rayservice --serve-config examples/serve_config.yaml -o cluster-configs/kuberay-rayservice.yaml
+ray-ladder render $L/llm.yaml --provider kuberay --kind rayjob --entrypoint "python /home/ray/app/examples/batch_embedding.py" -o cluster-configs/kuberay-rayjob.yaml

@@ -24,13 +24,17 @@ RAY_UP = ["aws.yaml", "gcp.yaml", "azure.yaml", "hybrid-onprem-eu.yaml", "local-
           *CAPACITY]
 CLOUD = ["aws.yaml", "gcp.yaml", "azure.yaml", "hybrid-onprem-eu.yaml", *CAPACITY]
 KUBERAY = ["kuberay.yaml", "capacity-kuberay-eks.yaml", "capacity-kuberay-gke.yaml",
-           "capacity-kuberay-aks.yaml"]
+           "capacity-kuberay-aks.yaml", "kuberay-rayservice.yaml", "kuberay-rayjob.yaml"]
 DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
 def load(name: str) -> dict:
-    return yaml.safe_load((CONFIGS / name).read_text())
+    """The template; a KubeRay file's RayCluster/RayService/RayJob (after its ConfigMap)."""
+    docs = list(yaml.safe_load_all((CONFIGS / name).read_text()))
+    if name in KUBERAY:
+        assert [d["kind"] for d in docs[:-1]] == ["ConfigMap"], name
+    return docs[-1]
 
 
 def render_commands() -> list[list[str]]:
@@ -56,6 +60,7 @@ def test_ray_up_templates_pass_rays_validate_config(name):
 def test_templates_are_what_the_renderer_writes(tmp_path, monkeypatch):
     """Rungs and node types come from one source: re-rendering changes nothing."""
     shutil.copytree(CONFIGS / "ladders", tmp_path / "cluster-configs" / "ladders")
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")  # the RayService's inputs
     commands = render_commands()
     assert {Path(a[a.index("-o") + 1]).name for a in commands} == {
         p.name for p in CONFIGS.glob("*.yaml")}
@@ -136,7 +141,8 @@ def test_hybrid_stays_in_the_eu_and_says_how_fixed_machines_join():
 
 
 def kuberay_problems(doc: dict) -> list[str]:
-    """Check a RayCluster against KubeRay's ray.io/v1 CRD and its validation rules."""
+    """Check a RayCluster (or a RayService's / RayJob's cluster) against KubeRay's ray.io/v1
+    rules that its Go code checks (tests/autoscale/test_render_kuberay.py: the CRD schema)."""
     problems = []
 
     def need(cond: bool, msg: str) -> None:
@@ -144,10 +150,14 @@ def kuberay_problems(doc: dict) -> list[str]:
             problems.append(msg)
 
     need(doc.get("apiVersion") == "ray.io/v1", "apiVersion must be ray.io/v1")
-    need(doc.get("kind") == "RayCluster", "kind must be RayCluster")
+    kind = doc.get("kind")
+    need(kind in ("RayCluster", "RayService", "RayJob"), "kind must be a KubeRay kind")
     name = doc.get("metadata", {}).get("name", "")
-    need(bool(DNS1035.match(name)) and len(name) <= 53, f"metadata.name {name!r}: DNS-1035, <=53")
+    limit = 53 if kind == "RayCluster" else 47
+    need(bool(DNS1035.match(name)) and len(name) <= limit,
+         f"metadata.name {name!r}: DNS-1035, <={limit}")
     spec = doc.get("spec", {})
+    spec = spec.get("rayClusterConfig") or spec.get("rayClusterSpec") or spec
     need(set(spec) <= {"headGroupSpec", "workerGroupSpecs", "rayVersion",
                        "enableInTreeAutoscaling", "autoscalerOptions", "headServiceAnnotations",
                        "suspend", "gcsFaultToleranceOptions", "managedBy"},
@@ -169,6 +179,8 @@ def kuberay_problems(doc: dict) -> list[str]:
 
     def check_params(path: str, params: dict) -> None:
         need(isinstance(params, dict), f"{path}.rayStartParams: map")
+        need("labels" not in params, f"{path}: rayStartParams.labels (KubeRay >= 1.5 refuses "
+             "it: use the group's labels field)")
         for k, v in params.items():
             need(isinstance(v, str), f"{path}.rayStartParams.{k}: values are strings")
         if "resources" in params:
@@ -178,7 +190,8 @@ def kuberay_problems(doc: dict) -> list[str]:
 
     head = spec.get("headGroupSpec", {})
     need(set(head) <= {"serviceType", "headService", "enableIngress", "rayStartParams",
-                       "template"}, f"unknown headGroupSpec keys {sorted(head)}")
+                       "template", "labels", "resources"},
+         f"unknown headGroupSpec keys {sorted(head)}")
     check_params("headGroupSpec", head.get("rayStartParams", {}))
     check_pod("headGroupSpec", head.get("template", {}))
     names = []
@@ -186,7 +199,8 @@ def kuberay_problems(doc: dict) -> list[str]:
         path = f"workerGroupSpecs[{i}]"
         need(set(group) <= {"groupName", "replicas", "minReplicas", "maxReplicas",
                             "numOfHosts", "rayStartParams", "template", "scaleStrategy",
-                            "suspend", "idleTimeoutSeconds"}, f"{path}: unknown keys")
+                            "suspend", "idleTimeoutSeconds", "labels", "resources",
+                            "priority"}, f"{path}: unknown keys")
         for key in ("groupName", "minReplicas", "maxReplicas", "rayStartParams", "template"):
             need(key in group, f"{path}.{key} is required")
         names.append(group.get("groupName", ""))
@@ -202,7 +216,10 @@ def kuberay_problems(doc: dict) -> list[str]:
 
 @pytest.mark.parametrize("name", KUBERAY)
 def test_every_kuberay_template_passes_the_crd_rules(name):
+    from tests.autoscale.test_render_kuberay import crd_errors
+
     assert kuberay_problems(load(name)) == []
+    assert crd_errors(load(name)) == []  # KubeRay 1.7.0's CRD schema (tests/data/kuberay)
 
 
 def test_kuberay_raycluster_field_by_field():

@@ -99,7 +99,8 @@ def test_gcp_flex_start_wait_must_fit_gce_and_shared_reservations_keep_their_pro
     cc = render(shared, "gke-computeclass")["spec"]["priorities"][0]
     assert cc["reservations"] == {"affinity": "Specific",
                                   "specific": [{"name": "r1", "project": "p1"}]}
-    pod = render(shared, "kuberay", RenderOptions(kube="gke"))["spec"]["workerGroupSpecs"][0]
+    pod = render(shared, "kuberay", RenderOptions(kube="gke"))["items"][1]["spec"][
+        "workerGroupSpecs"][0]
     assert pod["template"]["spec"]["nodeSelector"]["cloud.google.com/reservation-project"] == "p1"
     with pytest.raises(ValueError, match="names none for gcp"):
         render(Ladder.from_dict({"name": "a", "rungs": [
@@ -136,7 +137,7 @@ def test_gke_computeclass_priorities_with_reservations_and_flex_start():
 
 
 def groups(kube: str) -> dict[str, dict]:
-    doc = render(LADDER, "kuberay", RenderOptions(kube=kube))
+    doc = render(LADDER, "kuberay", RenderOptions(kube=kube))["items"][1]
     return {g["groupName"]: g["template"]["spec"] for g in doc["spec"]["workerGroupSpecs"]}
 
 

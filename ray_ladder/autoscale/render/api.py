@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from ray_ladder.autoscale.render import capacity as bought
-from ray_ladder.autoscale.render import k8s
+from ray_ladder.autoscale.render import k8s, kuberay
 from ray_ladder.autoscale.render.catalog import machine_for, rung_hardware
 from ray_ladder.autoscale.render.ray_up import (
     PROVIDERS,
@@ -28,6 +28,9 @@ def render(ladder: Ladder, provider: str, options: RenderOptions | None = None
            ) -> dict[str, Any]:
     """The template of ``ladder`` for ``provider`` as a dict (see :data:`PROVIDERS`).
 
+    KubeRay's is a ``v1`` ``List``: the ladder's ConfigMap, then the RayCluster, RayService
+    or RayJob of ``options.kind``.
+
     Example:
         >>> cfg = render(load_ladder("examples/ladders/gpu-serving.yaml"), "aws")  # doctest: +SKIP
         >>> cfg["available_node_types"]["h100"]["node_config"]["InstanceType"]  # doctest: +SKIP
@@ -42,18 +45,32 @@ def render(ladder: Ladder, provider: str, options: RenderOptions | None = None
     if provider == "kuberay":
         if opts.kube not in bought.KUBE_FLAVORS:
             raise ValueError(f"unknown --kube {opts.kube!r}; valid: {list(bought.KUBE_FLAVORS)}")
-        return k8s.raycluster(ladder, [r for r in node_rungs(ladder, opts)
-                                       if not bought.left_out(opts.kube, r)], opts)
+        return _kuberay(ladder, opts)
     if provider == "gke-computeclass":
         return k8s.computeclass(ladder, plan_node_types(ladder, "gcp", opts), opts)
     raise ValueError(f"unknown provider {provider!r}; valid: {list(PROVIDERS)}")
+
+
+def _kuberay(ladder: Ladder, opts: RenderOptions) -> dict[str, Any]:
+    kind = {"raycluster": "RayCluster", "rayservice": "RayService", "rayjob": "RayJob"}.get(
+        opts.kind)
+    if kind is None:
+        raise ValueError(f"unknown --kind {opts.kind!r}; valid: {list(kuberay.KINDS)}")
+    name = kuberay.object_name(ladder, opts.cluster_name, kind)
+    rungs = node_rungs(ladder, opts)
+    static = [r.name for r in ladder.rungs if r.is_compute and r not in rungs] + [
+        r.name for r in rungs if bought.left_out(opts.kube, r)]
+    spec = k8s.raycluster_spec([r for r in rungs if not bought.left_out(opts.kube, r)], opts,
+                               name, static)
+    return kuberay.wrap(ladder, spec, opts.kind, name, opts.serve_config, opts.entrypoint)
 
 
 _HOW = {
     "aws": "ray up {file}      # then: ray-ladder autoscale status (on the head)",
     "gcp": "set provider.project_id, then: ray up {file}",
     "azure": "ray up {file}    # az login first",
-    "kuberay": "kubectl apply -f {file}   # KubeRay operator >= 1.1 installed",
+    "kuberay": ("kubectl apply -f {file}   # KubeRay operator >= 1.5 (checked against "
+                "1.7.0's CRDs);\n#   image: docker/Dockerfile (docs/cluster-configs.md)"),
     "local-fake": ("RAY_FAKE_CLUSTER=1 AUTOSCALER_UPDATE_INTERVAL_S=1 ray start --head "
                    "--autoscaling-config={file} --labels=ladder.node-type=head\n"
                    "#   then: ray-ladder autoscale start LADDER.yaml; stop with `ray stop` "
@@ -61,6 +78,22 @@ _HOW = {
     "gke-computeclass": ("kubectl apply -f {file}; give pods the nodeSelector "
                          "cloud.google.com/compute-class: {name}"),
 }
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (a ConfigMap's ladder, serveConfigV2) as readable ``|`` blocks."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def _dump(data: Any) -> str:
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=100)
 
 
 def render_yaml(ladder: Ladder, provider: str, options: RenderOptions | None = None,
@@ -89,7 +122,11 @@ def render_yaml(ladder: Ladder, provider: str, options: RenderOptions | None = N
                  "spilling, the VPN to the fixed machines and any storage", "# the models "
                  "read inside the EU too; requests tagged jurisdiction=eu only run on eu "
                  "rungs."]
-    return "\n".join(head) + "\n" + yaml.safe_dump(data, sort_keys=False, width=100)
+    if data.get("kind") == "List":  # KubeRay: the ConfigMap and the object, one document each
+        body = "---\n".join(_dump(item) for item in data["items"])
+    else:
+        body = _dump(data)
+    return "\n".join(head) + "\n" + body
 
 
 def _capacity_notes(ladder: Ladder, provider: str, opts: RenderOptions) -> list[str]:

@@ -1,4 +1,4 @@
-"""Kubernetes renders: a KubeRay RayCluster and a GKE ComputeClass, one entry per rung."""
+"""Kubernetes renders: a KubeRay cluster spec and a GKE ComputeClass, one entry per rung."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from ray_ladder.autoscale.render import capacity as bought
+from ray_ladder.autoscale.render import kuberay
 from ray_ladder.autoscale.render.catalog import CATALOG, rung_hardware
 from ray_ladder.autoscale.render.ray_up import NodeTypePlan, RenderOptions, rung_labels
 from ray_ladder.core.spec import Ladder, Rung
@@ -22,7 +23,7 @@ _PORTS = [{"containerPort": 6379, "name": "gcs-server"},
 
 
 def _image(opts: RenderOptions, gpu: bool) -> str:
-    return f"rayproject/ray:{opts.ray_version}-py311{'-gpu' if gpu else ''}"
+    return kuberay.image(opts.image, opts.ray_version, gpu)
 
 
 def _ray_resources(resources: dict[str, int]) -> str:
@@ -34,9 +35,13 @@ def _ray_resources(resources: dict[str, int]) -> str:
     return '"' + json.dumps(resources).replace('"', '\\"') + '"'
 
 
-def worker_group(rung: Rung, opts: RenderOptions, accelerator: str | None = None
-                 ) -> dict[str, Any]:
-    """A KubeRay worker group hosting one placement of ``rung`` per pod."""
+def worker_group(rung: Rung, opts: RenderOptions, accelerator: str | None = None,
+                 name: str = "ladder") -> dict[str, Any]:
+    """A KubeRay worker group hosting one placement of ``rung`` per pod.
+
+    Its pods mount the ladder ConfigMap of cluster ``name``, run ``ray start --block`` as
+    PID 1 and drain for ``opts.drain_timeout_s`` when deleted (:mod:`.kuberay`).
+    """
     hw = rung_hardware(rung, accelerator)
     acc = CATALOG[hw.accelerator]
     gpu = hw.accelerator != "cpu"
@@ -64,47 +69,56 @@ def worker_group(rung: Rung, opts: RenderOptions, accelerator: str | None = None
     tolerations += market_tolerations
     resources = {k: (1 if hw.mig else max(int(math.ceil(v)), 1)) for k, v in
                  rung.resources.items()}
-    params = {"labels": ",".join(f"{k}={v}" for k, v in rung_labels(rung).items())}
+    params: dict[str, str] = {}
     if resources:
         params["resources"] = _ray_resources(resources)
     if gpu and not hw.mig:
         params["num-gpus"] = str(gpus)
-    pod: dict[str, Any] = {"containers": [{
-        "name": "ray-worker", "image": _image(opts, gpu),
-        "resources": {"limits": limits, "requests": dict(limits)},
-        "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}}}]}
+    pod: dict[str, Any] = {
+        "terminationGracePeriodSeconds": kuberay.grace_period_s(opts.drain_timeout_s),
+        "containers": [{"name": "ray-worker", "image": _image(opts, gpu),
+                        **kuberay.worker_start(opts.drain_timeout_s),
+                        "resources": {"limits": limits, "requests": dict(limits)}}]}
+    kuberay.mount_ladder(pod, name)
     if selector:
         pod["nodeSelector"] = selector
     if tolerations:
         pod["tolerations"] = tolerations
+    # Ray labels in the top-level field (KubeRay >= 1.5 refuses rayStartParams.labels).
     return {"groupName": rung.name, "replicas": 0, "minReplicas": 0,
-            "maxReplicas": opts.max_workers, "rayStartParams": params,
-            "template": {"metadata": {"labels": {"ladder.rung": rung.name}}, "spec": pod}}
+            "maxReplicas": opts.max_workers, "labels": rung_labels(rung),
+            "rayStartParams": params,
+            "template": {"metadata": {"labels": {"ladder.rung": rung.name},
+                                      "annotations": {kuberay.OVERWRITE_CMD: "true"}},
+                         "spec": pod}}
 
 
-def raycluster(ladder: Ladder, rungs: list[Rung], opts: RenderOptions) -> dict[str, Any]:
-    """A KubeRay ``RayCluster`` (ray.io/v1): one worker group per rung, autoscaling on."""
+def raycluster_spec(rungs: list[Rung], opts: RenderOptions, name: str,
+                    static_rungs: list[str]) -> dict[str, Any]:
+    """A KubeRay cluster spec (ray.io/v1): one worker group per rung, autoscaling on.
+
+    The head mounts the ladder and starts the autoscaler hook, which never asks for
+    ``static_rungs`` (rungs this flavor cannot buy).
+    """
     head_limits = {"cpu": "4", "memory": "16Gi"}
-    name = (opts.cluster_name or ladder.name).replace(".", "-").replace("_", "-")[:53]
+    head_pod: dict[str, Any] = {"containers": [{
+        "name": "ray-head", "image": _image(opts, False), "ports": list(_PORTS),
+        **kuberay.head_start(static_rungs),
+        "resources": {"limits": head_limits, "requests": dict(head_limits)}}]}
+    kuberay.mount_ladder(head_pod, name)
     return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayCluster",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "ray-ladder"}},
-        "spec": {
-            "rayVersion": opts.ray_version,
-            "enableInTreeAutoscaling": True,
-            "autoscalerOptions": {
-                "upscalingMode": "Default",
-                "idleTimeoutSeconds": int((opts.idle_timeout_minutes or 5) * 60)},
-            "headGroupSpec": {
-                "rayStartParams": {"num-cpus": "2", "dashboard-host": "0.0.0.0",
-                                   "labels": "ladder.node-type=head"},
-                "template": {"spec": {"containers": [{
-                    "name": "ray-head", "image": _image(opts, False), "ports": _PORTS,
-                    "resources": {"limits": head_limits, "requests": dict(head_limits)}}]}}},
-            "workerGroupSpecs": [worker_group(r, opts, opts.accelerators.get(r.name))
-                                 for r in rungs],
-        },
+        "rayVersion": opts.ray_version,
+        "enableInTreeAutoscaling": True,
+        "autoscalerOptions": {
+            "upscalingMode": "Default",
+            "idleTimeoutSeconds": int((opts.idle_timeout_minutes or 5) * 60)},
+        "headGroupSpec": {
+            "labels": {"ladder.node-type": "head"},
+            "rayStartParams": {"num-cpus": "2", "dashboard-host": "0.0.0.0"},
+            "template": {"metadata": {"annotations": {kuberay.OVERWRITE_CMD: "true"}},
+                         "spec": head_pod}},
+        "workerGroupSpecs": [worker_group(r, opts, opts.accelerators.get(r.name), name)
+                             for r in rungs],
     }
 
 
