@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any
 
-#: The Ray series these internals were read from (``ray[serve,tune]>=2.60,<2.61``).
+#: The Ray series these internals were read from (``ray>=2.60,<2.61`` in pyproject.toml).
 RAY_SERIES = "2.60"
 
 #: Everything this module reaches, as ``module: attribute`` (the pin test resolves each).
