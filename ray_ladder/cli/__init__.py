@@ -14,6 +14,7 @@ from ray_ladder._lazy import MissingExtraError
 _COMMANDS = {
     "validate": "ray_ladder.cli.spec_cmds:validate",
     "show": "ray_ladder.cli.spec_cmds:show",
+    "schema": "ray_ladder.cli.spec_cmds:schema",
     "simulate": "ray_ladder.cli.simulate_cmd:simulate",
     "node-resources": "ray_ladder.cli.node_cmd:node_resources",
     "render": "ray_ladder.cli.render_cmd:render",

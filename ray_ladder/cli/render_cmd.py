@@ -151,7 +151,13 @@ def render(ladder_file: str, provider: str, output: str | None, region: str | No
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
     if output:
-        Path(output).write_text(text, encoding="utf-8")
+        try:
+            Path(output).write_text(text, encoding="utf-8")
+        except OSError as err:
+            click.echo(f"error: cannot write {output}: {err.strerror}. Fix: create its "
+                       f"directory first (mkdir -p {Path(output).parent}) or pick another "
+                       "path", err=True)
+            sys.exit(2)
         click.echo(f"wrote {output} ({provider}, {ladder.name})", err=True)
     else:
         click.echo(text, nl=False)

@@ -1,93 +1,128 @@
-"""`ray-ladder validate` and `ray-ladder show`."""
+"""`ray-ladder validate`, `ray-ladder show` and `ray-ladder schema`: ladder and fleet files."""
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.table import Table
 
+from ray_ladder.cli.spec_views import fleet_rungs_table, fleet_teams_table, ladder_table
+from ray_ladder.core.documents import SUFFIXES, json_schema, load_document
 from ray_ladder.core.exceptions import ConfigError
-from ray_ladder.core.spec import Ladder, Rung, load_ladder
+from ray_ladder.core.fleet import Fleet, is_fleet_document
+from ray_ladder.core.spec import Ladder
+
+__all__ = ["ladder_table", "load_file", "schema", "show", "validate"]
+
+#: Exit code of an invalid file (docs/spec.md); click's usage errors are 2 as well.
+EXIT_INVALID = 2
+
+
+def load_file(path: str | Path) -> Ladder | Fleet:
+    """A ladder or a fleet file (a top-level ``fleet:`` key tells them apart), validated.
+
+    Raises:
+        ConfigError: naming the file, each field, the value and the fix.
+    """
+    data = load_document(path)
+    if is_fleet_document(data):
+        return Fleet.from_dict(data, str(path))
+    return Ladder.from_dict(data, str(path))
+
+
+def _summary(model: Ladder | Fleet) -> str:
+    if isinstance(model, Fleet):
+        return (f"fleet {model.fleet}, {len(model.teams)} teams, "
+                f"{len(model.rungs)} shared rungs")
+    return f"{model.name}, {len(model.rungs)} rungs"
+
+
+def _expand(paths: tuple[str, ...]) -> list[tuple[Path, bool]]:
+    """Files to check, each with whether it came from a directory (one line each)."""
+    out: list[tuple[Path, bool]] = []
+    for arg in paths:
+        p = Path(arg)
+        if not p.is_dir():
+            out.append((p, False))
+            continue
+        found = sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() in SUFFIXES)
+        if not found:
+            click.echo(f"error: {p}: no {', '.join('*' + s for s in SUFFIXES)} file in this "
+                       "directory. Fix: pass a directory of ladder or fleet files", err=True)
+            sys.exit(EXIT_INVALID)
+        out += [(f, True) for f in found]
+    return out
 
 
 @click.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("files", nargs=-1, required=True, type=click.Path(), metavar="FILE|DIR...")
 def validate(files: tuple[str, ...]) -> None:
-    """Check ladder files; exit 0 when all are valid, 2 with the errors otherwise."""
+    """Check ladder and fleet files (a directory: each *.yaml, *.yml and *.json in it);
+    exit 0 when all are valid, 2 with the errors otherwise.
+
+    One line per file on stdout (`PATH: ok (...)` or `PATH: invalid (N problems)` for a
+    file of a directory); every problem on stderr with its field, value and fix.
+    """
     failed = False
-    for path in files:
+    for path, in_dir in _expand(files):
         try:
-            ladder = load_ladder(path)
+            model = load_file(path)
         except ConfigError as err:
             failed = True
+            if in_dir:
+                n = len(err.issues)
+                click.echo(f"{path}: invalid ({n} problem{'s' if n != 1 else ''})")
             click.echo(str(err), err=True)
         else:
-            click.echo(f"{path}: ok ({ladder.name}, {len(ladder.rungs)} rungs)")
+            click.echo(f"{path}: ok ({_summary(model)})")
     if failed:
-        sys.exit(2)
+        sys.exit(EXIT_INVALID)
 
 
-def _placement_text(rung: Rung) -> str:
-    if not rung.is_compute:
-        return "-"
-    parts = [f"{k}={v:g}" for k, v in rung.resources.items()]
-    for key in ("num_gpus", "num_cpus"):
-        value = getattr(rung, key)
-        if value is not None:
-            parts.append(f"{key}={value:g}")
-    if rung.accelerator_type:
-        parts.append(f"accelerator_type={rung.accelerator_type}")
-    parts += [f"label {k}={v}" for k, v in rung.label_selector.items()]
-    return ", ".join(parts)
-
-
-def _train_text(rung: Rung) -> str:
-    """``4 x (ladder/h100=2)``: the gang a Ray Train run puts on the rung."""
-    if rung.train is None:
-        return "-"
-    each = rung.train.resources_per_worker
-    per = ", ".join(f"{k}={v:g}" for k, v in each.items()) if each else _placement_text(rung)
-    return f"{rung.train.workers} x ({per})"
-
-
-def ladder_table(ladder: Ladder) -> Table:
-    """A rich table of the rungs: order, kind, placement, quality, cost, tags (and capacity,
-    training shape)."""
-    table = Table(title=f"ladder {ladder.name}")
-    # In a narrow or piped terminal rich would cut cells to "eu-cloud-h1…"; keep rung names
-    # whole and fold the other cells so no name, resource or tag is lost.
-    # The capacity column appears only where a rung says how it is bought (issue 19).
-    bought = any(r.capacity is not None for r in ladder.rungs)
-    trains = any(r.train is not None for r in ladder.rungs)  # likewise the training shape
-    for col in ("#", "rung", "kind", "placement", "quality", "cost/h", "tags") + (
-            ("capacity",) if bought else ()) + (("train",) if trains else ()):
-        table.add_column(col, no_wrap=col in ("#", "rung"), overflow="fold")
-    for i, r in enumerate(ladder.rungs):
-        tags = ", ".join(f"{k}={v}" for k, v in r.tags.items())
-        capacity = ((r.capacity.describe() if r.capacity else "on-demand" if r.is_compute
-                     else "-"),) if bought else ()
-        train = (_train_text(r),) if trains else ()
-        table.add_row(str(i), r.name, r.kind, _placement_text(r), f"{r.quality:g}",
-                      f"{r.cost_per_hour:g}", tags, *capacity, *train)
-    return table
+def _policy_line(ladder: Ladder) -> str:
+    p = ladder.policy
+    return (f"policy: promotion_hysteresis={p.promotion_hysteresis} "
+            f"max_degraded_seconds={p.max_degraded_seconds} "
+            f"probe_interval_s={p.probe_interval_s} pending_timeout_s={p.pending_timeout_s} "
+            f"retry_after_s={p.retry_after_s}")
 
 
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False))
-def show(file: str) -> None:
-    """Print a table of the ladder's rungs and its policy."""
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the validated file as JSON, every default filled in.")
+def show(file: str, as_json: bool) -> None:
+    """Print a table of a ladder's rungs and policy, or of a fleet's shared rungs and teams."""
     try:
-        ladder = load_ladder(file)
+        model = load_file(file)
     except ConfigError as err:
         click.echo(str(err), err=True)
-        sys.exit(2)
+        sys.exit(EXIT_INVALID)
+    if as_json:
+        click.echo(json.dumps(model.model_dump(mode="json"), indent=2))
+        return
     console = Console()
-    console.print(ladder_table(ladder))
-    p = ladder.policy
-    console.print(
-        f"policy: promotion_hysteresis={p.promotion_hysteresis} "
-        f"max_degraded_seconds={p.max_degraded_seconds} probe_interval_s={p.probe_interval_s} "
-        f"pending_timeout_s={p.pending_timeout_s} retry_after_s={p.retry_after_s}"
-    )
+    if isinstance(model, Fleet):
+        console.print(fleet_rungs_table(model))
+        console.print(fleet_teams_table(model))
+        console.print(f"control_period_s={model.control_period_s:g}")
+        return
+    console.print(ladder_table(model))
+    console.print(_policy_line(model))
+
+
+@click.command()
+@click.option("--fleet", "of_fleet", is_flag=True, help="The fleet file's schema instead.")
+def schema(of_fleet: bool) -> None:
+    """Print the JSON Schema of the ladder file (or, with --fleet, of the fleet file).
+
+    \b
+    For editors (VS Code's YAML extension, a `# yaml-language-server: $schema=` line) and
+    CI linters (check-jsonschema):
+      ray-ladder schema > ladder.schema.json
+    """
+    model: type[Ladder] | type[Fleet] = Fleet if of_fleet else Ladder
+    click.echo(json.dumps(json_schema(model), indent=2))
