@@ -62,6 +62,8 @@ class CapacitySnapshot:
             preemption notice: ..."``); empty when nothing is held.
         going_away: Rung name -> drain deadline (wall clock, ``None``: none given) of each
             rung whose remaining capacity is all on draining nodes (a preemption notice).
+        granted: For a team's view, shared rung -> units the fleet arbiter grants the
+            team and does not reclaim (the most work it may run there at once).
     """
 
     time: float
@@ -69,6 +71,7 @@ class CapacitySnapshot:
     obtainable: Mapping[str, bool]
     held: Mapping[str, str] = field(default_factory=dict)
     going_away: Mapping[str, float | None] = field(default_factory=dict)
+    granted: Mapping[str, int] = field(default_factory=dict)
 
     def why(self, rung: str) -> str:
         """A short reason for ``rung``'s state: the hold, else ``absent``/``busy``/``free``."""
@@ -208,7 +211,7 @@ class CapacityView:
                                 if obtainable[n] and not gated[n]}
         obtainable = gated
         going = {n: c.deadline for n, c in rungs.items() if c.going_away}
-        self._team_limits(obtainable, held, going)
+        granted = self._team_limits(obtainable, held, going)
         wall = self._wall_clock()
         held.update({n: going_away_reason(d, wall) for n, d in going.items()
                      if n not in held})
@@ -216,18 +219,19 @@ class CapacityView:
             roles = self._hook_source(self.ladder.name)
             if roles is not None:
                 held.update(self._hold_released(roles, obtainable))
-        snap = CapacitySnapshot(self._clock(), rungs, obtainable, held, going)
+        snap = CapacitySnapshot(self._clock(), rungs, obtainable, held, going, granted)
         self._snapshot = snap
         return snap
 
     def _team_limits(self, obtainable: dict[str, bool], held: dict[str, str],
-                     going: dict[str, float | None]) -> None:
-        """Apply the team's grants (in place): denied rungs, reclaimed ones going away."""
+                     going: dict[str, float | None]) -> dict[str, int]:
+        """Apply the team's grants (in place): denied rungs, reclaimed ones going away.
+        Returns the units granted and not reclaimed per shared rung."""
         if self.team is None or self._grant_source is None:
-            return
+            return {}
         entry = self._grant_source(self.team)
         if entry is None:  # no arbiter ever ran for this team: no fleet limits
-            return
+            return {}
         denied, reclaimed = team_limits(entry)
         wall = self._wall_clock()
         for name, why in denied.items():
@@ -241,6 +245,8 @@ class CapacityView:
                 due = "no deadline" if deadline is None else \
                     f"deadline in {max(0.0, deadline - wall):.1f} s"
                 held[name] = f"reclaim notice: team {self.team}'s {name} units go back, {due}"
+        return {rung: max(0, int(g.get("held", 0)) - int(g.get("noticed", 0)))
+                for rung, g in (entry.get("rungs") or {}).items()}
 
     def _hold_released(self, roles: Mapping[str, Any],
                        obtainable: dict[str, bool]) -> dict[str, str]:

@@ -134,7 +134,8 @@ def ladder_task(ladder: Ladder | str | Path | None = None, /,
     The function takes a keyword argument ``rung``: the :class:`RungContext` it runs on
     (name, params, tags, quality). Options: ``constraints``, ``max_attempts``,
     ``fallback_on``, ``pending_timeout_s``, ``path`` (``"orchestrated"`` or
-    ``"native"``, see docs/tasks.md), and the Ray task options
+    ``"native"``, see docs/tasks.md), ``team`` (a fleet team, bound: docs/teams.md), and
+    the Ray task options
     ``num_cpus``, ``num_gpus``, ``memory``, ``resources``, ``accelerator_type``,
     ``label_selector``, ``runtime_env``, ``name``, ``enable_task_events``.
 

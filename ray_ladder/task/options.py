@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ray_ladder.core.constraints import Constraints
-from ray_ladder.core.spec import Ladder, Rung
+from ray_ladder.core.exceptions import ConstraintNotAllowedError
+from ray_ladder.core.spec import SLUG_PATTERN, Ladder, Rung
 
 PATHS = ("orchestrated", "native")
 
@@ -47,6 +49,15 @@ def _check_pending_timeout(value: Any) -> float | None:
     return float(value)
 
 
+def _check_team(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not re.fullmatch(SLUG_PATTERN, value):
+        raise ValueError(f"team must be a fleet team's name (lowercase letters, digits, "
+                         f"'.', '_', '-'), got {value!r}")
+    return value
+
+
 def _check_path(value: Any) -> str:
     if value not in PATHS:
         raise ValueError(f"path must be one of {list(PATHS)}, got {value!r}")
@@ -60,6 +71,7 @@ LADDER_OPTIONS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "max_attempts": (_check_max_attempts, None),
     "path": (_check_path, "orchestrated"),
     "pending_timeout_s": (_check_pending_timeout, None),
+    "team": (_check_team, None),
 }
 
 #: Ray task options passed through to every attempt (Ray validates their values).
@@ -104,6 +116,8 @@ class TaskOptions:
         max_attempts: Most attempts per call (``None``: one per compute rung + 3).
         path: ``orchestrated`` (default) or ``native`` (Ray's label fallback).
         pending_timeout_s: Override of ``policy.pending_timeout_s``.
+        team: The fleet team whose grants the task's shared rungs follow (bound: set in
+            the decorator, ``.options()`` cannot change it; docs/teams.md).
         ray: Ray task options passed to every attempt.
 
     Example:
@@ -116,6 +130,7 @@ class TaskOptions:
     max_attempts: int | None = None
     path: str = "orchestrated"
     pending_timeout_s: float | None = None
+    team: str | None = None
     ray: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -145,6 +160,10 @@ class TaskOptions:
             else:
                 raise ValueError(f"unknown ladder task option {key!r}; valid options: "
                                  f"{valid_keys()}")
+        if base.team is not None and ladder_kw.get("team", base.team) != base.team:
+            raise ConstraintNotAllowedError(
+                f"team {base.team!r} is bound by the decorator; .options(team=...) "
+                f"cannot change it (got {ladder_kw['team']!r})")
         if base.constraints is not None and "constraints" in ladder_kw:
             # The decorator's constraints are bound: .options() may only narrow them.
             ladder_kw["constraints"] = base.constraints.narrow(ladder_kw["constraints"])
@@ -159,6 +178,7 @@ class TaskOptions:
             repr(self.constraints.key() if self.constraints else None),
             repr([f"{c.__module__}.{c.__qualname__}" for c in self.fallback_on]),
             repr(self.max_attempts), self.path, repr(self.pending_timeout_s),
+            *([f"team={self.team}"] if self.team is not None else []),
             repr(sorted((k, repr(v)) for k, v in self.ray.items())),
         ]
         return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]

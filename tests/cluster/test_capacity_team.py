@@ -48,6 +48,7 @@ def test_a_reclaim_of_every_held_unit_is_going_away_with_its_deadline() -> None:
 def test_a_partial_reclaim_leaves_the_rung_to_the_team() -> None:
     snap = _view(_grant(2, noticed=1, deadline=130.0)).refresh()
     assert snap.obtainable["h100"] is True and snap.going_away == {}
+    assert snap.granted == {"h100": 1}  # what its work may use at once
 
 
 def test_without_an_arbiter_the_team_view_is_the_plain_view() -> None:

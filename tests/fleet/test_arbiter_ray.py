@@ -32,7 +32,7 @@ control_period_s: 0.2
 rungs: {h100: {resources: {ladder/h100: 1}}}
 teams:
   - {name: a, quota: {h100: 2}, cohort: onprem}
-  - {name: b, cohort: onprem, reclaim_grace_s: 3}
+  - {name: b, cohort: onprem, reclaim_grace_s: 6}
 """)
 SLOW = 60
 
@@ -89,4 +89,35 @@ def test_a_sigkill_of_the_arbiter_loses_no_grant(arbiter) -> None:
     restarted = ray.get(get_arbiter().status.remote())
     assert restarted["teams"]["a"]["rungs"]["h100"]["held"] == 1
     assert ray.get(get_arbiter().__ray_call__.remote(lambda self: os.getpid())) != pid
+    grants.report_demand("a", "app-a", {})
+
+
+def test_a_borrowing_task_moves_off_reclaimed_units_and_loses_no_call(arbiter) -> None:
+    import time as _time
+
+    from ray_ladder import ladder_task
+
+    @ladder_task(LADDER, team="b", max_attempts=6)
+    def work(i: int, *, rung) -> str:
+        _time.sleep(0.3)
+        return rung.name
+
+    # b's calls are its demand: it borrows a's idle units while it has work.
+    load = [work.remote(i) for i in range(60)]
+    wait_until(lambda: held("b")[0] >= 1, SLOW, 0.1, "b borrows a's idle h100 units")
+    wait_until(lambda: ray.get(work.remote(-1), timeout=SLOW) == "h100", SLOW, 0.1,
+               "b's calls run on the borrowed units")
+    grants.report_demand("a", "app-a", {"h100": 2})  # a's own work arrives
+    wait_until(lambda: held("b")[1] == held("b")[0] > 0 or held("a")[0] == 2, SLOW, 0.05,
+               "b gets a notice")
+    # b's ladder moves to a100 on the notice, while b still holds the units (the grace).
+    wait_until(lambda: ray.get(work.remote(-2), timeout=SLOW) == "a100", SLOW, 0.05,
+               "b's new calls go to a100")
+    assert held("b")[0] > 0, "b moved on the notice, not because the units were gone"
+    during = [work.remote(i) for i in range(10)]  # sent while the notice runs
+    rungs = ray.get(load + during, timeout=3 * SLOW)
+    assert len(rungs) == 70  # no call lost
+    assert set(rungs[60:]) == {"a100"}  # nothing new lands on units being reclaimed
+    wait_until(lambda: held("a") == (2, 0) and held("b") == (0, 0), SLOW, 0.1,
+               "a holds its quota after the grace")
     grants.report_demand("a", "app-a", {})

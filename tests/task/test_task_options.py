@@ -164,3 +164,18 @@ def test_options_may_only_narrow_the_decorators_constraints() -> None:
         TaskOptions.build({"constraints": {"jurisdiction": "us"}}, base=bound)
     with pytest.raises(ConstraintNotAllowedError, match="at most 5"):
         TaskOptions.build({"constraints": {"max_cost_per_hour": 50}}, base=bound)
+
+
+def test_a_team_is_bound_by_the_decorator_and_options_cannot_change_it():
+    from ray_ladder.core.exceptions import ConstraintNotAllowedError
+
+    bound = TaskOptions.build({"team": "research"})
+    assert bound.team == "research"
+    assert TaskOptions.build({"team": "research"}, base=bound).team == "research"
+    with pytest.raises(ConstraintNotAllowedError, match="bound by the decorator"):
+        TaskOptions.build({"team": "product"}, base=bound)
+    with pytest.raises(ValueError, match="team must be"):
+        TaskOptions.build({"team": "Not A Slug"})
+    # a team changes the registration; no team keeps the fingerprint of before
+    assert bound.fingerprint() != TaskOptions.build({}).fingerprint()
+    assert "team" in valid_keys()

@@ -88,7 +88,11 @@ class Lane:
         self.timer_for: Call | None = None
 
     def limit(self) -> int:
-        return max(1, self.task.snapshot.rungs[self.rung].total)
+        """Attempts at once: the rung's placements, or a fleet team's granted units."""
+        snap = self.task.snapshot
+        total = snap.rungs[self.rung].total
+        granted = snap.granted.get(self.rung)
+        return max(1, total if granted is None else min(total, granted))
 
     def enqueue(self, call: Call) -> None:
         call.lane = self

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from typing import Any
 import ray
 
 from ray_ladder.cluster.capacity import CapacityView
+from ray_ladder.cluster.grants import report_demand
 from ray_ladder.core.context import RungContext
 from ray_ladder.core.events import Direction, TransitionEvent
 from ray_ladder.core.exceptions import Attempt, AttemptCause, LadderExhaustedError
@@ -21,6 +23,9 @@ from ray_ladder.task.orchestrator.nodes import NodeCache
 from ray_ladder.task.policy import admit
 from ray_ladder.task.runner import make_batch_runner
 
+logger = logging.getLogger("ray_ladder.task")
+#: A team-bound task reports its demand to the fleet arbiter at most this often.
+DEMAND_EVERY_S = 1.0
 EWMA_ALPHA = 0.2
 
 
@@ -67,10 +72,13 @@ class TaskState:
         self.index = {r.name: i for i, r in enumerate(self.ladder.rungs)}
         self.selector = Selector(self.ladder, self.constraints, on_event=self._on_event)
         ports.nodes.follow(self.ladder.name)
+        #: The fleet team the task is bound to (docs/teams.md); None: no fleet.
+        self.team = opts.team
+        self._demand_at = float("-inf")
         self.view = CapacityView(self.ladder, refresh_interval_s=self.probe_s,
                                  node_source=ports.nodes.nodes,
                                  constraints=self.constraints,
-                                 hook_source=ports.nodes.hook_roles)
+                                 hook_source=ports.nodes.hook_roles, team=self.team)
         eligible = [r for r in self.ladder.eligible(self.constraints) if r.is_compute]
         contexts = {r.name: RungContext.of(self.ladder, r.name) for r in eligible}
         runner = ray.remote(make_batch_runner(spec.fn, spec.name, contexts))
@@ -106,8 +114,29 @@ class TaskState:
         self.selector.observe(self.obtainable, now=time.time(), why=snap.held,
                               going=snap.going_away)
 
+    def wanted_units(self) -> dict[str, int]:
+        """What the task wants of each rung now: its attempts and queued calls there, and
+        one on the best eligible rung while it runs below it (it would climb)."""
+        wants = {rung: len(lane.batches) + len(lane.queue) for rung, lane in self.lanes.items()}
+        best = next(iter(self.lanes), None)
+        if best is not None and any(wants.values()):
+            wants[best] = max(wants[best], 1)
+        return wants
+
+    def _report_demand(self) -> None:
+        """A team-bound task tells the fleet arbiter what it wants (at most once a second)."""
+        now = time.time()
+        if self.team is None or now - self._demand_at < DEMAND_EVERY_S:
+            return
+        self._demand_at = now
+        try:
+            report_demand(self.team, f"task:{self.name}", self.wanted_units(), now)
+        except Exception:  # the arbiter's demand is advisory: never fail the task for it
+            logger.debug("demand report failed", exc_info=True)
+
     def tick(self) -> None:
         """After a node refresh: observe, then move work off rungs that are gone."""
+        self._report_demand()
         self.refresh(force=True)
         for lane in self.lanes.values():
             if self.obtainable.get(lane.rung):
