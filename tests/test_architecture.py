@@ -35,7 +35,6 @@ MAY_IMPORT = {
 MAX_LINES = 400
 #: Code lines (no docstring, blank or comment-only line) a function may have.
 MAX_FUNCTION_LINES = 60
-_SERVE_WALK = "serve walk rewrite (issue 27) in progress"
 #: "module:qualname" -> why it stays long. An entry that no longer names a long function
 #: fails the check: remove it.
 LONG_FUNCTIONS = {
@@ -45,9 +44,6 @@ LONG_FUNCTIONS = {
     "ray_ladder.simulate.replay:replay":
         "the per-tick loop of bench/simulate.py (a year of one-minute ticks): its state "
         "lives in local ints so a tick allocates and calls nothing",
-    "ray_ladder.serve.app:build_app": _SERVE_WALK,
-    "ray_ladder.serve.calls:RungCaller.stream": _SERVE_WALK,
-    "ray_ladder.serve.llm.routes:handle": _SERVE_WALK,
 }
 #: Uses of Ray internals; only ray_private.py, ray_private_train.py (Ray Train v2's) and,
 #: pickled by value into the Serve controller, serve/scaling.py may name them.

@@ -131,55 +131,18 @@ class RungCaller:
         yet, so the stream can start on another rung instead). Closing the iterator
         cancels the generation on the replica.
         """
-        loop = asyncio.get_running_loop()
         down = self._down_signal(rung)
         gen = self._streams[rung].remote(request)
         waiting: asyncio.Future[Any] = asyncio.ensure_future(ray_private.replica_assigned(gen))
         finished = False
         try:
-            started = window = loop.time()
-            dead_s = self.dead_after(warm)
-            while True:
-                wait_s = dead_s if give_up_s is None else min(dead_s, give_up_s)
-                done, _ = await asyncio.wait((waiting, down), timeout=wait_s,
-                                             return_when=asyncio.FIRST_COMPLETED)
-                if waiting in done:
-                    waiting.result()
-                    break
-                if down in done:
-                    raise RungFailed("rung went down while the stream waited for a replica")
-                silent = self._last_alive.get(rung, -1.0) < window
-                if silent and elsewhere():
-                    if give_up_s is not None and loop.time() - started >= give_up_s:
-                        raise RungFailed(f"no replica took the stream within {give_up_s:g}s",
-                                         timeout=True)
-                    if loop.time() - started >= dead_s:
-                        raise RungFailed(f"no replica took the stream within {dead_s:g}s "
-                                         "and the rung showed no sign of life meanwhile",
-                                         timeout=True)
-                else:
-                    window = loop.time()
-            self._last_alive[rung] = loop.time()
-            while True:
-                nxt: asyncio.Future[Any] = asyncio.ensure_future(gen.__anext__())
-                done, _ = await asyncio.wait((nxt, down), timeout=self.request_timeout_s,
-                                             return_when=asyncio.FIRST_COMPLETED)
-                if nxt not in done:
-                    nxt.cancel()
-                    if down in done:
-                        raise RungFailed("rung went down mid-stream")
-                    raise RungFailed(f"no piece within {self.request_timeout_s:g}s",
-                                     timeout=True)
-                try:
-                    item = nxt.result()
-                except StopAsyncIteration:
-                    finished = True
-                    return
-                self._last_alive[rung] = loop.time()
+            await self._stream_taken(rung, waiting, down, self.dead_after(warm), give_up_s,
+                                     elsewhere)
+            self._last_alive[rung] = asyncio.get_running_loop().time()
+            async for item in self._pieces(rung, gen, down):
                 yield item
-        except RungFailed:
-            raise
-        except asyncio.CancelledError:
+            finished = True
+        except (RungFailed, asyncio.CancelledError):
             raise
         except Exception as err:
             failed = rung_failure(err)
@@ -190,6 +153,53 @@ class RungCaller:
             waiting.cancel()
             if not finished:
                 gen.cancel()
+
+    async def _stream_taken(self, rung: str, waiting: asyncio.Future[Any],
+                            down: asyncio.Future[None], dead_s: float,
+                            give_up_s: float | None, elsewhere: Callable[[], bool]) -> None:
+        """Return once a replica took the stream; raise RungFailed as :meth:`stream` says."""
+        loop = asyncio.get_running_loop()
+        started = window = loop.time()
+        while True:
+            wait_s = dead_s if give_up_s is None else min(dead_s, give_up_s)
+            done, _ = await asyncio.wait((waiting, down), timeout=wait_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if waiting in done:
+                waiting.result()
+                return
+            if down in done:
+                raise RungFailed("rung went down while the stream waited for a replica")
+            if self._last_alive.get(rung, -1.0) >= window or not elsewhere():
+                window = loop.time()  # alive (busy), or nowhere else to go: keep waiting
+                continue
+            if give_up_s is not None and loop.time() - started >= give_up_s:
+                raise RungFailed(f"no replica took the stream within {give_up_s:g}s",
+                                 timeout=True)
+            if loop.time() - started >= dead_s:
+                raise RungFailed(f"no replica took the stream within {dead_s:g}s "
+                                 "and the rung showed no sign of life meanwhile",
+                                 timeout=True)
+
+    async def _pieces(self, rung: str, gen: Any,
+                      down: asyncio.Future[None]) -> AsyncGenerator[Any, None]:
+        """The stream's pieces until it ends; RungFailed when the rung goes or is silent."""
+        loop = asyncio.get_running_loop()
+        while True:
+            nxt: asyncio.Future[Any] = asyncio.ensure_future(gen.__anext__())
+            done, _ = await asyncio.wait((nxt, down), timeout=self.request_timeout_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if nxt not in done:
+                nxt.cancel()
+                if down in done:
+                    raise RungFailed("rung went down mid-stream")
+                raise RungFailed(f"no piece within {self.request_timeout_s:g}s",
+                                 timeout=True)
+            try:
+                item = nxt.result()
+            except StopAsyncIteration:
+                return
+            self._last_alive[rung] = loop.time()
+            yield item
 
     async def ping(self, rung: str, timeout_s: float) -> None:
         """Reach a replica of ``rung`` (starts one on a cold rung; warms the handle)."""

@@ -75,32 +75,63 @@ def rung_error(err: BaseException) -> str:
     return f"rung error: {kind}: {message}"
 
 
-async def handle(router: Router, request: Any, max_body_bytes: int) -> Any:
-    """Answer one request on an OpenAI route (4xx for every malformed request)."""
-    from starlette.responses import JSONResponse, StreamingResponse
-
+def _route(router: Router, request: Any) -> tuple[Any, Literal["chat", "completion"] | None]:
+    """``(error response or None, kind)`` for the request's route and method."""
     route = route_of(request.url.path)
     if route not in ROUTES:
         return _error(OpenAIError(404, f"no route {request.url.path!r}; the ladder serves "
-                                       f"{', '.join(sorted(ROUTES))}", code="not_found"))
+                                       f"{', '.join(sorted(ROUTES))}", code="not_found")), None
     method, kind = ROUTES[route]
     if request.method != method:
-        err = OpenAIError(405, f"{request.method} not allowed on {route}: use {method}",
-                          headers={"Allow": method})
-        return _error(err)
-    ladder = router.ladder
+        return _error(OpenAIError(405, f"{request.method} not allowed on {route}: use "
+                                       f"{method}", headers={"Allow": method})), None
     if not router.llm_rungs:
-        return _error(OpenAIError(404, f"ladder {ladder.name!r} has no LLM rung: give its "
-                                       "compute rungs classes with an async generate() "
-                                       "(docs/llm.md)", code="not_found"))
-    if kind is None:
-        return JSONResponse(models_list(ladder))
+        return _error(OpenAIError(404, f"ladder {router.ladder.name!r} has no LLM rung: give "
+                                       "its compute rungs classes with an async generate() "
+                                       "(docs/llm.md)", code="not_found")), None
+    return None, kind
+
+
+async def _read(router: Router, request: Any, max_body_bytes: int) -> tuple[Any, Any, Any]:
+    """``(error response or None, constraints, body)`` of a POST."""
     try:
         constraints = router.bindings.from_headers(request.headers, relative_path(request))
         http.check_length(request.headers.get("content-length"), max_body_bytes)
         body = http.parse_body(await request.body(), max_body_bytes)
     except http.HttpError as err:
-        return _error(OpenAIError(err.status, err.message, headers=err.headers))
+        return _error(OpenAIError(err.status, err.message, headers=err.headers)), None, None
+    return None, constraints, body
+
+
+async def _first(pieces: AsyncIterator[Piece], degraded: float) -> tuple[Any, Piece | None]:
+    """``(error response or None, the first piece)``: refusals and rung errors come here."""
+    try:
+        return None, await pieces.__anext__()
+    except StopAsyncIteration:
+        return None, None
+    except LadderExhaustedError as err:
+        return _error(exhausted_error(err, degraded)), None
+    except ValueError as err:  # the rung class refused the request
+        logger.debug("rung refused the request", exc_info=True)
+        return _error(OpenAIError(400, f"rejected by the rung: {public_error(err)[1]}")), None
+    except Exception as err:  # a bug in a rung class: a server error, said as such
+        logger.exception("rung raised")  # the whole traceback: the router's log only
+        return _error(OpenAIError(500, rung_error(err), type="server_error")), None
+
+
+async def handle(router: Router, request: Any, max_body_bytes: int) -> Any:
+    """Answer one request on an OpenAI route (4xx for every malformed request)."""
+    from starlette.responses import JSONResponse, StreamingResponse
+
+    refused, kind = _route(router, request)
+    if refused is not None:
+        return refused
+    ladder = router.ladder
+    if kind is None:
+        return JSONResponse(models_list(ladder))
+    refused, constraints, body = await _read(router, request, max_body_bytes)
+    if refused is not None:
+        return refused
     try:
         req, gen = parse_request(kind, body, ladder.name)
     except OpenAIError as err:
@@ -111,18 +142,9 @@ async def handle(router: Router, request: Any, max_body_bytes: int) -> Any:
     key = payload_key({"kind": kind, **body, "stream": False, "stream_options": None}) \
         if router.cache is not None else None
     pieces = StreamDriver(router.walker).run(gen, constraints, record, key)
-    try:
-        first: Piece | None = await pieces.__anext__()
-    except StopAsyncIteration:
-        first = None
-    except LadderExhaustedError as err:
-        return _error(exhausted_error(err, degraded))
-    except ValueError as err:  # the rung class refused the request
-        logger.debug("rung refused the request", exc_info=True)
-        return _error(OpenAIError(400, f"rejected by the rung: {public_error(err)[1]}"))
-    except Exception as err:  # a bug in a rung class: a server error, said as such
-        logger.exception("rung raised")  # the whole traceback: the router's log only
-        return _error(OpenAIError(500, rung_error(err), type="server_error"))
+    refused, first = await _first(pieces, degraded)
+    if refused is not None:
+        return refused
     rung = first.rung if first is not None else (next(iter(record.tokens), None) or "none")
     headers = http.answer_headers(rung, degraded)
     if not req.stream:
