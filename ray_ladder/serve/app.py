@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.context import RungContext
 from ray_ladder.core.placement import standby_replicas
-from ray_ladder.core.spec import Ladder, as_ladder
+from ray_ladder.core.spec import SLUG_PATTERN, Ladder, as_ladder
 from ray_ladder.serve.bindings import Bindings
 from ray_ladder.serve.deployed import bind_rung, serve_target
 from ray_ladder.serve.llm.openai_server import is_openai_server
@@ -53,13 +54,13 @@ def _resolve_class(name: str, target: Any) -> type:
 
 
 def _bind_rung(ladder: Ladder, rung_name: str, target: Any, init_kwargs: dict[str, Any],
-               extra_options: Mapping[str, Any] | None) -> Any:
+               extra_options: Mapping[str, Any] | None, team: str | None = None) -> Any:
     """One compute rung's deployment, bound: a plain class in its replica wrapper, or the
     user's own deployment with the rung's placement and scaling (``serve/deployed.py``)."""
     from ray import serve
 
     context = RungContext.of(ladder, rung_name)
-    options = _merge(rung_deployment_options(ladder, rung_name), extra_options)
+    options = _merge(rung_deployment_options(ladder, rung_name, team), extra_options)
     served = serve_target(_resolve(rung_name, target))
     if served is not None:
         return bind_rung(served, context, options, init_kwargs)
@@ -89,7 +90,8 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any] | None) -> dict[str, A
     return out
 
 
-def rung_deployment_options(ladder: Ladder, rung_name: str) -> dict[str, Any]:
+def rung_deployment_options(ladder: Ladder, rung_name: str,
+                            team: str | None = None) -> dict[str, Any]:
     """Serve options of one rung deployment: its placement and its standby floor.
 
     Replicas ask for the rung's placement (``resources``, ``num_gpus``, ``num_cpus``,
@@ -123,7 +125,8 @@ def rung_deployment_options(ladder: Ladder, rung_name: str) -> dict[str, Any]:
             "downscale_to_zero_delay_s": 0.0,
             "policy": {"policy_function": _POLICY,
                        "policy_kwargs": {"standby": standby, "ladder": ladder.name,
-                                         "rung": rung.name}},
+                                         "rung": rung.name,
+                                         **({"team": team} if team is not None else {})}},
         },
     }
 
@@ -143,6 +146,7 @@ def build_app(
     deployment_options: Mapping[str, Mapping[str, Any]] | None = None,
     constraints: Constraints | Mapping[str, Any] | None = None,
     routes: Mapping[str, Constraints | Mapping[str, Any]] | None = None,
+    team: str | None = None,
 ) -> Any:
     """The Serve application of ``ladder``: ``serve.run(build_app(...))``.
 
@@ -178,6 +182,8 @@ def build_app(
         routes: Path prefix inside the app -> constraints bound to the requests under it
             (``{"/eu": {"jurisdiction": "eu"}}``: ``/eu/v1/chat/completions`` and
             ``POST /eu`` run EU-only while ``/`` stays global); narrowed by ``constraints``.
+        team: The fleet team the app belongs to (the operator's binding; docs/teams.md):
+            its shared rungs follow the team's grants from the fleet arbiter.
 
     Raises:
         ValueError: a compute rung without class, a class for an unknown rung, or a
@@ -209,12 +215,14 @@ def build_app(
         raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
     if assign_timeout_s <= 0:
         raise ValueError(f"assign_timeout_s must be > 0, got {assign_timeout_s}")
+    if team is not None and not re.fullmatch(SLUG_PATTERN, team):
+        raise ValueError(f"team must be a fleet team's name, got {team!r}")
     bindings = Bindings(ladder, _constraints(constraints),
                         {p: c for p, c in ((p, _constraints(v)) for p, v in
                                            (routes or {}).items()) if c is not None})
 
     bound = {n: _bind_rung(ladder, n, rungs[n], dict((init_kwargs or {}).get(n, {})),
-                           (deployment_options or {}).get(n)) for n in compute}
+                           (deployment_options or {}).get(n), team) for n in compute}
 
     actor_options: dict[str, Any] = {"num_cpus": 0}
     if router_label_selector is not None:
@@ -231,6 +239,7 @@ def build_app(
         "assign_timeout_s": assign_timeout_s,
         "request_timeout_s": request_timeout_s,
         "down_cooldown_s": down_cooldown_s,
+        "team": team,
     }
     return serve.deployment(**router)(LadderRouter).bind(
         ladder.model_dump_json(), bound, {n: n for n in compute}, settings)
@@ -265,6 +274,7 @@ class LadderAppArgs(BaseModel):
         None, description="Constraints bound to every request (requests may only narrow).")
     routes: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Path prefix -> constraints bound to its requests.")
+    team: str | None = Field(None, description="The fleet team the app belongs to.")
 
 
 def app_builder(args: dict[str, Any]) -> Any:
@@ -293,4 +303,5 @@ def app_builder(args: dict[str, Any]) -> Any:
         deployment_options=parsed.deployment_options,
         constraints=parsed.constraints,
         routes=parsed.routes,
+        team=parsed.team,
     )

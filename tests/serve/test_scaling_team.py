@@ -43,3 +43,30 @@ def test_replicas_are_capped_at_the_units_granted_and_not_reclaimed() -> None:
 def test_a_rung_the_team_holds_no_unit_of_runs_no_standby() -> None:
     kv = {"fleet/grants/b": {"rungs": {"h100": {"held": 0, "noticed": 0}}}}
     assert _policy(kv)(_ctx(10.0))[0] == 0
+
+
+def test_build_app_binds_the_team_to_the_router_and_every_rung_policy() -> None:
+    import pytest
+
+    from ray_ladder import Ladder
+    from ray_ladder.serve.app import build_app, rung_deployment_options
+
+    ladder = Ladder.from_yaml("""
+name: web
+rungs:
+  - {name: h100, resources: {ladder/h100: 1}}
+  - {name: shed, kind: shed}
+""")
+    kwargs = rung_deployment_options(ladder, "h100", "b")["autoscaling_config"]["policy"]
+    assert kwargs["policy_kwargs"]["team"] == "b"
+    assert "team" not in rung_deployment_options(ladder, "h100")["autoscaling_config"][
+        "policy"]["policy_kwargs"]
+
+    class Model:
+        def __init__(self, rung): ...
+        def __call__(self, payload): return payload
+
+    app = build_app(ladder, {"h100": Model}, team="b")
+    assert app._bound_deployment.init_args[3]["team"] == "b"  # the router's options
+    with pytest.raises(ValueError, match="fleet team"):
+        build_app(ladder, {"h100": Model}, team="B team")
