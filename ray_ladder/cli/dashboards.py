@@ -94,6 +94,14 @@ PANELS: tuple[Panel, ...] = (
          f"/ sum by (ladder) (rate(ray_ladder_answers_total{{{SEL}}}[5m]))", "{{ladder}}"),
     ), unit="percentunit", description="1 = every answer from a quality-1 rung; sheds "
        "and exhausted answers count 0. What a fall cost in quality."),
+    Panel("Fleet teams: units held vs nominal quota", (
+        (f'max by (team, rung, state) (ray_ladder_team_units{{{SEL}, '
+         f'state=~"held|nominal|noticed"}})', "{{team}} {{rung}} {{state}}"),
+        (f"sum by (team) (increase(ray_ladder_team_reclaims_total{{{SEL}}}[5m]))",
+         "{{team}} reclaimed (5m)"),
+        (f"max by (team) (ray_ladder_team_budget_spent{{{SEL}}})", "{{team}} spent"),
+    ), description="Per team: what it holds of each shared rung, its nominal quota, units "
+       "under a reclaim notice, reclaims from it, and its budget spent (docs/teams.md)."),
 )
 
 #: The alerting rules: (name, PromQL, for, severity, summary).

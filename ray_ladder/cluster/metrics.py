@@ -100,6 +100,15 @@ METRICS: tuple[MetricSpec, ...] = (
                "trials in flight)", "serve, task, tune"),
     MetricSpec("ladder_cost", "counter", (_L, _P, _R),
                "Replica-hours x the rung's `cost_per_hour`", "serve, task, tune"),
+    MetricSpec("ladder_team_units", "gauge", (_L, "team", _R, "state"),
+               "Units of a shared rung per fleet team (`ladder` is the fleet's name); state "
+               "`held`, `nominal`, `entitled`, `borrowed`, `lent`, `noticed` (under a "
+               "reclaim notice), `wanted`", "fleet"),
+    MetricSpec("ladder_team_reclaims", "counter", (_L, "team", _R),
+               "Units reclaimed from a borrowing team (`team`) by notice, counted when "
+               "the notice is sent", "fleet"),
+    MetricSpec("ladder_team_budget_spent", "gauge", (_L, "team"),
+               "Cost a team spent in its current budget window", "fleet"),
 )
 SPECS: dict[str, MetricSpec] = {m.name: m for m in METRICS}
 ROLES = ("serving", "warming", "draining", "released", "none")

@@ -19,7 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ray_ladder.cluster import grants, ray_private
+from ray_ladder.cluster import grants, metrics, ray_private
 from ray_ladder.cluster.capacity import NodeSource, resolve_node_source
 from ray_ladder.cluster.event_log import log_event
 from ray_ladder.core.arbiter import Holdings, Reclaim, Round, decide, shared_capacity
@@ -29,6 +29,8 @@ from ray_ladder.core.fleet import Fleet, load_fleet
 logger = logging.getLogger("ray_ladder.fleet")
 ARBITER_NAME = "ray_ladder_arbiter"
 ARBITER_NAMESPACE = "ray_ladder"
+#: Ray's resource on the head node only (the Serve router is pinned the same way).
+HEAD_NODE_RESOURCE = "node:__internal_head__"
 
 
 class FleetArbiter:
@@ -86,7 +88,28 @@ class FleetArbiter:
         self.state, self.last = out.state, out
         self.rounds += 1
         self._capacity, self._demand = capacity, demand
-        return self.status()
+        status = self.status()
+        self._export(status, out)
+        return status
+
+    def _export(self, status: dict[str, Any], out: Round) -> None:
+        """Per team metrics (``ladder`` = the fleet's name; the one metric table)."""
+        name = self.fleet.fleet
+        for team, entry in status["teams"].items():
+            for rung, units in entry["rungs"].items():
+                for state, value in units.items():
+                    metrics.set_gauge("ladder_team_units", float(value), ladder=name, team=team,
+                                      rung=rung, state=state)
+            metrics.set_gauge("ladder_team_budget_spent", float(entry["spent"]), ladder=name,
+                              team=team)
+        if self.rounds == 1:  # every series from the first round (a restart starts at 0)
+            for team in self.fleet.teams:
+                for rung in self.fleet.onprem_rungs:
+                    metrics.inc("ladder_team_reclaims", 0.0, ladder=name, team=team.name,
+                                rung=rung)
+        for r in out.notices:
+            metrics.inc("ladder_team_reclaims", float(r.units), ladder=name, team=r.borrower,
+                        rung=r.rung)
 
     def _demand_entries(self) -> list[dict[str, Any]]:
         keys = ray_private.kv_list(grants.DEMAND_PREFIX, namespace=grants.KV_NAMESPACE)
@@ -156,7 +179,8 @@ def _lent(teams: dict[str, Any], fleet: Fleet) -> None:
 
 def start_arbiter(fleet: Fleet | str | Path) -> Any:
     """Start the cluster's arbiter for ``fleet`` (a :class:`Fleet` or a fleet file), or
-    return the running one. Detached, restarted by Ray after a crash, 0 CPUs; needs
+    return the running one. Detached, restarted by Ray after a crash, 0 CPUs, on the
+    head node (a worker node may be preempted with the arbiter on it); needs
     ``ray.init()``."""
     import ray
 
@@ -164,7 +188,8 @@ def start_arbiter(fleet: Fleet | str | Path) -> Any:
         fleet = load_fleet(fleet)
     actor = ray.remote(FleetArbiter).options(
         name=ARBITER_NAME, namespace=ARBITER_NAMESPACE, lifetime="detached",
-        get_if_exists=True, max_restarts=-1, max_task_retries=-1, num_cpus=0)
+        get_if_exists=True, max_restarts=-1, max_task_retries=-1, num_cpus=0,
+        resources={HEAD_NODE_RESOURCE: 0.001})
     return actor.remote(fleet.model_dump_json())
 
 

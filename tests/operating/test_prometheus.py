@@ -30,6 +30,9 @@ from ray import serve
 from ray_ladder import Ladder, LadderExhaustedError, ladder_task
 from ray_ladder.autoscale import start_hook
 from ray_ladder.cli.dashboards import alert_rules, expressions
+from ray_ladder.cluster import grants, ray_private
+from ray_ladder.core.fleet import Fleet
+from ray_ladder.fleet import start_arbiter
 from ray_ladder.serve import build_app
 from ray_ladder.testing import LocalCluster, free_port, wait_until
 
@@ -183,6 +186,21 @@ def _replica_pid(class_name: str) -> int:
     return int(actor.pid)
 
 
+FLEET = Fleet.from_yaml("""
+fleet: prom-fleet
+control_period_s: 0.5
+rungs: {h100: {resources: {ladder/h100: 1}, cost_per_hour: 1}}
+teams:
+  - {name: a, quota: {h100: 2}, cohort: c}
+  - {name: b, cohort: c, reclaim_grace_s: 1}
+""")
+
+
+def _held(team: str) -> int:
+    raw = ray_private.kv_get(grants.GRANTS_PREFIX + team, namespace=grants.KV_NAMESPACE)
+    return json.loads(raw)["rungs"]["h100"]["held"] if raw else 0
+
+
 @pytest.fixture(scope="module")
 def run(local_cluster, tmp_path_factory) -> Iterator[dict[str, Any]]:
     """The scripted run: on h100, fall to a100, lose a100 too (cache and shed, the task
@@ -204,6 +222,11 @@ def run(local_cluster, tmp_path_factory) -> Iterator[dict[str, Any]]:
                             deployment_options={"h100": quick, "a100": quick}), name="web")
         start_hook(HOOKED, {"provision_timeout_s": 1.0, "retry_initial_s": 1.0,
                             "retry_max_s": 2.0, "interval_s": 0.5})
+        # The fleet arbiter's team metrics: b borrows an idle h100 unit, a reclaims it.
+        start_arbiter(FLEET)
+        grants.report_demand("b", "prom-b", {"h100": 1})
+        wait_until(lambda: _held("b") == 1, SLOW, 0.2, "b borrows a's idle h100 unit")
+        grants.report_demand("a", "prom-a", {"h100": 2})
         http = httpx.Client(timeout=30)
 
         def router() -> dict[str, Any]:
@@ -257,6 +280,9 @@ def run(local_cluster, tmp_path_factory) -> Iterator[dict[str, Any]]:
         wait_until(lambda: prom.query(f"{promoted} > {before}") and prom.query(
             'max(ray_ladder_current_rung{ladder="prom-web",part="serve"}) == 0'),
             SLOW, 0.5, "Prometheus scraped the climb")
+        wait_until(lambda: prom.query("ray_ladder_team_reclaims_total")
+                   and prom.query("ray_ladder_team_budget_spent"), SLOW, 0.5,
+                   "Prometheus scraped the fleet's team metrics")
         traffic.end()
         yield {"prom": prom, "start": start, "fall": fall, "climb": climb,
                "end": time.time() + 1, "sd_file": sd_file, "cluster": cluster,
