@@ -200,7 +200,10 @@ class LocalCluster:
                 "labels": {NODE_TYPE_LABEL: HEAD_TYPE, **head.labels},
                 "object_store_memory": head.object_store_memory,
                 "include_dashboard": self.include_dashboard,
-                **({"dashboard_host": "127.0.0.1", "dashboard_port": free_port()}
+                # The agent's port too: its default (52365) is taken by any other Ray
+                # cluster on the machine, and the Jobs API then has no agent to run on.
+                **({"dashboard_host": "127.0.0.1", "dashboard_port": free_port(),
+                    "dashboard_agent_listen_port": free_port()}
                    if self.include_dashboard else {}),
                 "_system_config": self.system_config,
             },

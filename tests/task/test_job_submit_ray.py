@@ -1,0 +1,83 @@
+"""docs/jobs.md's recipe, run: a ``@ladder_task`` driver submitted with Ray's Job Submission
+API (working_dir + py_modules) to a local cluster answers from the rung that can run it."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import ray_ladder
+from ray_ladder.testing import wait_until
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
+
+SLOW = 300  # a job starts a supervisor, uploads two packages and a driver: generous
+LADDER = """\
+name: job-ladder
+policy: {probe_interval_s: 0.25}
+rungs:
+  - {name: h100, resources: {ladder/h100: 1}, params: {model: big}}
+  - {name: a100, resources: {ladder/a100: 1}, params: {model: medium}}
+  - {name: cpu, num_cpus: 0.1, params: {model: tiny}}
+"""
+DRIVER = '''\
+"""A batch driver as a user submits it: `ray job submit --working-dir . -- python driver.py`."""
+import ray
+from ray_ladder import last_rung, ladder_task
+
+ray.init()  # inside a job RAY_ADDRESS is set: this joins the cluster the job runs on
+
+@ladder_task("ladder.yaml")  # read from the working_dir, the job's current directory
+def embed(text, *, rung):
+    return f"{rung.params['model']}:{text}"
+
+refs = [embed.remote(t) for t in ("a", "b")]
+print("answers", ray.get(refs), "rungs", [last_rung(r) for r in refs], flush=True)
+'''
+
+
+@pytest.fixture(scope="module")
+def cluster(local_cluster):
+    # No h100 node: the ladder's best rung is unobtainable, the a100 rung answers. One
+    # node only: nodes of a LocalCluster share one session directory, and a second
+    # node's runtime-env agent can unpack the job's working_dir again in the same place,
+    # which deletes the directory the driver runs in (not a thing on a real cluster).
+    return local_cluster({}, head={"num_cpus": 2, "resources": {"ladder/a100": 1}},
+                         connect=False, include_dashboard=True)
+
+
+def test_a_ladder_task_driver_submitted_as_a_job_answers_from_the_a100_rung(cluster,
+                                                                           tmp_path: Path):
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    (tmp_path / "ladder.yaml").write_text(LADDER)
+    (tmp_path / "driver.py").write_text(textwrap.dedent(DRIVER))
+    url = cluster._cluster.head_node.address_info["webui_url"]  # the dashboard's host:port
+    client = JobSubmissionClient(url if "://" in url else f"http://{url}")
+    runtime_env = {"working_dir": str(tmp_path),
+                   # The package travels with the job, as on a cluster without it.
+                   "py_modules": [str(Path(ray_ladder.__file__).parent)]}
+    submitted: list[str] = []
+
+    def submit() -> bool:
+        try:
+            # `python driver.py` on a cluster; here the tests' own interpreter (the venv).
+            submitted.append(client.submit_job(
+                entrypoint=f"{shlex.quote(sys.executable)} driver.py",
+                runtime_env=runtime_env))
+        except RuntimeError as err:  # the head's job agent registers after the dashboard
+            if "No available agent" not in str(err):
+                raise
+        return bool(submitted)
+
+    wait_until(submit, SLOW, 1.0, "the cluster's job agent to take the job")
+    job = submitted[0]
+    done = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
+    wait_until(lambda: client.get_job_status(job) in done, SLOW, 0.5, "the job to finish")
+    logs = client.get_job_logs(job)
+    assert client.get_job_status(job) == JobStatus.SUCCEEDED, logs
+    assert "answers ['medium:a', 'medium:b'] rungs ['a100', 'a100']" in logs, logs
