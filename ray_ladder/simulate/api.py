@@ -141,13 +141,7 @@ def simulate(
     _check_args(ladder, traces, promotion_delay_s=promotion_delay_s,
                 demotion_delay_s=demotion_delay_s, tick_s=tick_s, duration_s=duration_s)
     compared = parse_policies(compare) if compare is not None else []
-    if compared and hysteresis is None and (promotion_delay_s or demotion_delay_s):
-        # Comparing skips the sweep these delays belong to: say so rather than drop them.
-        raise ValueError(
-            "promotion_delay_s / demotion_delay_s (--promotion-delay / --demotion-delay) "
-            "apply to the hysteresis sweep, which comparing alone skips; give each "
-            "compared policy its own switching costs (ladder:start=341,climb=0, "
-            "ray-native:start=341...) or add hysteresis (--hysteresis) to sweep as well")
+    _check_delays(bool(compared) and hysteresis is None, promotion_delay_s, demotion_delay_s)
     hs = _hysteresis_list(hysteresis, ladder, comparing=bool(compared))
     if flap_window_s is not None and flap_window_s < 0:
         raise ValueError(f"flap_window_s must be >= 0, got {flap_window_s}")
@@ -211,6 +205,17 @@ def _check_args(ladder: Ladder, traces: Mapping[str, object], *, promotion_delay
         raise ValueError(f"tick_s must be > 0, got {tick_s}")
     if duration_s is not None and duration_s <= 0:
         raise ValueError(f"duration_s must be > 0, got {duration_s}")
+
+
+def _check_delays(sweep_skipped: bool, promotion_delay_s: float,
+                  demotion_delay_s: float) -> None:
+    """Comparing alone skips the sweep the two delays belong to: refuse them, never drop."""
+    if sweep_skipped and (promotion_delay_s or demotion_delay_s):
+        raise ValueError(
+            "promotion_delay_s / demotion_delay_s (--promotion-delay / --demotion-delay) "
+            "apply to the hysteresis sweep, which comparing alone skips; give each "
+            "compared policy its own switching costs (ladder:start=341,climb=0, "
+            "ray-native:start=341...) or add hysteresis (--hysteresis) to sweep as well")
 
 
 def _timeline(ladder: Ladder, traces: Mapping[str, Trace | str | Path],
