@@ -11,6 +11,7 @@ from typing import Any
 from ray_ladder._lazy import requires_extra
 from ray_ladder.core.context import RungContext
 from ray_ladder.core.exceptions import RungUnavailableError
+from ray_ladder.serve.llm.openai_server import chunk_text
 from ray_ladder.serve.llm.protocol import GenerationRequest
 
 with requires_extra("llm", "OpenAIBackendRung"):
@@ -111,7 +112,7 @@ class OpenAIBackendRung:
                     data = line[5:].strip()
                     if data == "[DONE]":
                         return
-                    text = _piece(json.loads(data))
+                    text = chunk_text(json.loads(data))
                     if text:
                         yield text
         except httpx.HTTPError as err:  # refused, reset, timed out: the backend is gone
@@ -128,15 +129,3 @@ class OpenAIBackendRung:
             raise RungUnavailableError(f"{self.base_url}/models answered "
                                        f"{response.status_code}")
 
-
-def _piece(chunk: dict[str, Any]) -> str:
-    if "error" in chunk:
-        raise RungUnavailableError(f"the backend's stream failed: {chunk['error']}")
-    choices = chunk.get("choices") or []
-    if not choices:
-        return ""
-    choice = choices[0]
-    delta = choice.get("delta")
-    if isinstance(delta, dict):
-        return str(delta.get("content") or "")
-    return str(choice.get("text") or "")

@@ -53,17 +53,18 @@ def openai_body(request: GenerationRequest, model: str) -> tuple[Kind, dict[str,
 
 
 def chunk_text(chunk: dict[str, Any]) -> str:
-    """The text of one OpenAI stream chunk (chat delta or completion text).
+    """The text of one OpenAI stream chunk (chat delta or completion text): the one
+    reader of chunks, for ``LLMServer``'s stream and for ``OpenAIBackendRung``'s.
 
     Raises:
-        RungUnavailableError: the chunk is an error (the engine failed mid-stream).
+        RungUnavailableError: the chunk is an error (the model failed mid-stream).
 
     Example:
         >>> chunk_text({"choices": [{"delta": {"content": "hi"}}]})
         'hi'
     """
     if "error" in chunk:
-        raise RungUnavailableError(f"the engine's stream failed: {chunk['error']}")
+        raise RungUnavailableError(f"the model's stream failed: {chunk['error']}")
     choices = chunk.get("choices") or []
     if not choices:
         return ""
