@@ -23,12 +23,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
 from ray_ladder.core.config_errors import FLEET_KEYS, issues_from_validation_error
 from ray_ladder.core.constraints import Constraints
+from ray_ladder.core.documents import parse_yaml, read_text
 from ray_ladder.core.exceptions import ConfigError, ConfigIssue
 from ray_ladder.core.spec import SLUG_PATTERN
 
@@ -160,17 +160,8 @@ class Fleet(BaseModel):
 
     @classmethod
     def from_yaml(cls, text: str, source: str = "<string>") -> Fleet:
-        """Parse and validate YAML (JSON is valid YAML too)."""
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "document"
-            raise ConfigError([ConfigIssue(where, f"not valid YAML: "
-                                           f"{getattr(err, 'problem', err)}", None,
-                                           "fix the YAML syntax")], source,
-                              "fleet file") from None
-        return cls.from_dict(data, source)
+        """Parse and validate YAML (JSON is valid YAML too); duplicate keys are errors."""
+        return cls.from_dict(parse_yaml(text, source, "fleet file"), source)
 
     # --- queries -------------------------------------------------------------------------
 
@@ -199,11 +190,4 @@ def is_fleet_document(data: Any) -> bool:
 
 def load_fleet(path: str | Path) -> Fleet:
     """Read and validate a fleet file (YAML or JSON); errors name the file."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError([ConfigIssue("", f"cannot read the fleet file: {err}", None,
-                                       "pass a readable UTF-8 YAML file")],
-                          str(path), "fleet file") from None
-    return Fleet.from_yaml(text, str(path))
+    return Fleet.from_yaml(read_text(path, "fleet file"), str(path))

@@ -68,3 +68,8 @@ def test_a_fleet_document_is_told_from_a_ladder_file(tmp_path) -> None:
     path.write_bytes(b"\xff\xfe fleet")
     with pytest.raises(ConfigError, match="UTF-8"):
         load_fleet(path)
+
+
+def test_a_key_given_twice_is_an_error_not_last_wins() -> None:
+    message = _error(GOOD.replace("weight: 2\n", "weight: 2\n    weight: 3\n"))
+    assert "weight" in message
