@@ -68,6 +68,22 @@ def _bind_rung(ladder: Ladder, rung_name: str, target: Any, init_kwargs: dict[st
     return serve.deployment(**options)(replica_class(cls)).bind(cls, context, init_kwargs)
 
 
+def _check_rung_names(ladder: Ladder, given: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The ladder's compute rungs, once every one has a ``rungs`` value and no argument
+    (``given``: its name -> its mapping) names another rung."""
+    compute = [r.name for r in ladder.rungs if r.is_compute]
+    missing = [n for n in compute if n not in given["rungs"]]
+    if missing:
+        raise ValueError(f"no class for compute rung(s) {missing} of ladder {ladder.name!r}; "
+                         f"give one for each of {compute}")
+    for label, mapping in given.items():
+        unknown = sorted(set(mapping) - set(compute))
+        if unknown:
+            raise ValueError(f"{label} names {unknown}, not compute rungs of ladder "
+                             f"{ladder.name!r}; compute rungs: {compute}")
+    return compute
+
+
 def _is_llm_rung(name: str, target: Any) -> bool:
     cls = _resolve_class(name, target)
     return is_llm_class(cls) or (serve_target(_resolve(name, target)) is not None
@@ -200,17 +216,8 @@ def build_app(
     from ray_ladder.serve.router import LadderRouter
 
     ladder = as_ladder(ladder)
-    compute = [r.name for r in ladder.rungs if r.is_compute]
-    missing = [n for n in compute if n not in rungs]
-    if missing:
-        raise ValueError(f"no class for compute rung(s) {missing} of ladder {ladder.name!r}; "
-                         f"give one for each of {compute}")
-    for label, given in (("rungs", rungs), ("init_kwargs", init_kwargs or {}),
-                         ("deployment_options", deployment_options or {})):
-        unknown = sorted(set(given) - set(compute))
-        if unknown:
-            raise ValueError(f"{label} names {unknown}, not compute rungs of ladder "
-                             f"{ladder.name!r}; compute rungs: {compute}")
+    compute = _check_rung_names(ladder, {"rungs": rungs, "init_kwargs": init_kwargs or {},
+                                         "deployment_options": deployment_options or {}})
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
     if assign_timeout_s <= 0:
