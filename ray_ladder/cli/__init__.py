@@ -16,6 +16,7 @@ _COMMANDS = {
     "show": "ray_ladder.cli.spec_cmds:show",
     "schema": "ray_ladder.cli.spec_cmds:schema",
     "simulate": "ray_ladder.cli.simulate_cmd:simulate",
+    "simulate-teams": "ray_ladder.cli.teams_cmd:simulate_teams_cmd",
     "node-resources": "ray_ladder.cli.node_cmd:node_resources",
     "render": "ray_ladder.cli.render_cmd:render",
     "autoscale": "ray_ladder.cli.autoscale_cmd:autoscale",
