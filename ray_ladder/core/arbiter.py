@@ -113,7 +113,8 @@ def water_fill(wants: Mapping[str, float], weights: Mapping[str, float], units: 
                start: Mapping[str, int] | None = None) -> dict[str, int]:
     """Share ``units`` among ``wants`` (each a most) by weight, in whole units: each gets
     ``min(want, level x weight)`` for one level, the last units to the largest remainders
-    (ties by name), so no one is more than one unit from its weighted share.
+    (ties to the heavier team, then by name), so no one is more than one unit from its
+    weighted share.
 
     Example:
         >>> water_fill({"a": 10, "b": 10}, {"a": 1.0, "b": 3.0}, 8)
@@ -134,7 +135,7 @@ def water_fill(wants: Mapping[str, float], weights: Mapping[str, float], units: 
         out[n] = int(math.floor(exact[n] + 1e-9))
     left = units - sum(out.values())
     order = sorted((n for n in names if out[n] < wants[n]),
-                   key=lambda n: (-(exact[n] - out[n]), -weights[n], n))
+                   key=lambda n: (-round(exact[n] - out[n], 9), -weights[n], n))
     for n in order[:max(0, left)]:
         out[n] += 1
     return out
@@ -236,11 +237,16 @@ def _rung(fleet: Fleet, rung: str, held: dict[str, dict[str, int]],
             free -= n
     kept = _still_owed(kept, have, entitled)
     # rule 3: notices for what is still owed, from the teams most above their share
-    owed = {t: entitled[t] - have[t] - sum(r.units for r in kept if r.owed_to == t)
-            for t in have}
+    coming: Counter[str] = Counter()
+    noticed: Counter[str] = Counter()
+    for r in kept:
+        coming[r.owed_to] += r.units
+        noticed[r.borrower] += r.units
+    owed = {t: entitled[t] - have[t] - coming[t] for t in have}
+    excess = {t: have[t] - entitled[t] - noticed[t] for t in have}  # not yet noticed
     sent: list[Reclaim] = []
     for team in sorted((t for t in owed if owed[t] > 0), key=lambda t: (-weights[t], t)):
-        sent += _notices(teams, rung, team, owed[team], have, entitled, kept + sent, now)
+        sent += _notices(teams, rung, team, owed[team], excess, entitled, now)
     for team, n in have.items():
         held[team][rung] = n
     return done, kept, sent
@@ -263,14 +269,12 @@ def _still_owed(reclaims: list[Reclaim], have: Mapping[str, int],
 
 
 def _notices(teams: Mapping[str, Team], rung: str, owed_to: str, owed: int,
-             have: Mapping[str, int], entitled: Mapping[str, int], pending: list[Reclaim],
+             excess: dict[str, int], entitled: Mapping[str, int],
              now: float) -> list[Reclaim]:
-    noticed: Counter[str] = Counter()
-    for r in pending:
-        noticed[r.borrower] += r.units
-    excess = {t: have[t] - entitled[t] - noticed[t] for t in teams if t != owed_to}
+    """Notices for ``owed`` units, from the teams most above their share; ``excess``
+    (units held above the share and not yet under a notice) is updated in place."""
     out: list[Reclaim] = []
-    for team in sorted((t for t in excess if excess[t] > 0),
+    for team in sorted((t for t in excess if excess[t] > 0 and t != owed_to),
                        key=lambda t: (-excess[t] / teams[t].weight, t)):
         if owed <= 0:
             break
@@ -281,6 +285,7 @@ def _notices(teams: Mapping[str, Team], rung: str, owed_to: str, owed: int,
                            now + teams[team].reclaim_grace_s,
                            f"team {owed_to} reclaims {units} {rung} unit(s) from team "
                            f"{team} ({why})"))
+        excess[team] -= units
         owed -= units
     return out
 

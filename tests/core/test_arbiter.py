@@ -188,3 +188,12 @@ def test_shared_capacity_counts_each_node_shape_as_its_nodes_would() -> None:
         "h100": sum(int(n.total["ladder/h100"]) for n in live),
         "pair": sum(min(int(n.total["ladder/h100"]) // 2, int(n.total["CPU"]) // 8)
                     for n in live)}
+
+
+def test_water_fill_gives_a_tied_last_unit_to_the_heavier_team() -> None:
+    # exact shares 1/3, 4/3, 1/3: one unit left, three equal remainders; the rule's
+    # tie-break (weight, then name) decides, not the rounding of a bisected level
+    assert water_fill({"a": 20, "b": 20, "c": 20}, {"a": 0.5, "b": 2.0, "c": 0.5}, 2) == {
+        "a": 0, "b": 2, "c": 0}
+    assert water_fill({"a": 20, "b": 20, "c": 20}, {"a": 2.0, "b": 0.5, "c": 2.0}, 3) == {
+        "a": 2, "b": 0, "c": 1}
