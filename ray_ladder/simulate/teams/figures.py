@@ -104,7 +104,9 @@ class Figures:
         self.fleet, self.capacity, self.tick_s = fleet, dict(capacity), tick_s
         cloud = cloud_rung(fleet)
         self.cloud_cost = fleet.rungs[cloud].cost_per_hour if cloud is not None else 0.0
-        self.teams = {t.name: _Team(waits={r: _Waits() for r in fleet.onprem_rungs})
+        self.rungs = fleet.onprem_rungs
+        self.cost = {r: fleet.rungs[r].cost_per_hour for r in self.rungs}
+        self.teams = {t.name: _Team(waits={r: _Waits() for r in self.rungs})
                       for t in fleet.teams}
         self.budgets = {t.name: t.budget for t in fleet.teams}
         self.ticks = 0
@@ -115,7 +117,7 @@ class Figures:
         """Count one tick ``[now, now + tick_s)`` of ``placed``."""
         dt = self.tick_s
         self.ticks += 1
-        for rung in self.fleet.onprem_rungs:
+        for rung in self.rungs:
             free = self.capacity.get(rung, 0) - sum(h.get(rung, 0) for h in placed.held.values())
             cloud = sum(c.get(rung, 0) for c in placed.cloud.values())
             self.cloud_free_total_s += min(cloud, max(0, free)) * dt
@@ -131,14 +133,14 @@ class Figures:
         acc, dt = self.teams[name], self.tick_s
         held, serving = placed.held.get(name, {}), placed.serving.get(name, {})
         cloud = placed.cloud.get(name, {})
-        err = sum(abs(held.get(r, 0) - entitled.get(r, 0)) for r in self.fleet.onprem_rungs)
+        err = sum(abs(held.get(r, 0) - entitled.get(r, 0)) for r in self.rungs)
         acc.err_max, acc.err_sum = max(acc.err_max, float(err)), acc.err_sum + err
         cost = 0.0
-        for rung in self.fleet.onprem_rungs:
+        for rung in self.rungs:
             d, s = want.get(rung, 0), min(serving.get(rung, 0), want.get(rung, 0))
             acc.waits[rung].tick(now, d, s)
             acc.unserved_s += max(0, d - s - cloud.get(rung, 0)) * dt
-            cost += held.get(rung, 0) * self.fleet.rungs[rung].cost_per_hour
+            cost += held.get(rung, 0) * self.cost[rung]
             cost += cloud.get(rung, 0) * self.cloud_cost
         acc.lost += placed.lost_unit_s.get(name, 0.0)
         acc.reclaimed += placed.reclaimed.get(name, 0)

@@ -76,6 +76,7 @@ class FleetPolicy:
 
     def __init__(self, fleet: Fleet, capacity: Mapping[str, int]) -> None:
         self.fleet, self.capacity = fleet, dict(capacity)
+        self.rungs = fleet.onprem_rungs
         self.state = Holdings()
         self.cloud = cloud_rung(fleet)
         self._bought: dict[str, int] = {}
@@ -98,7 +99,7 @@ class FleetPolicy:
     def _team(self, team: str, demand: Demand, entitled: Mapping[str, int], budget: str,
               placed: Placed) -> None:
         held, serving, cloud = {}, {}, {}
-        for rung in self.fleet.onprem_rungs:
+        for rung in self.rungs:
             units = self.state.units(team, rung)
             noticed = sum(r.units for r in self.state.reclaims
                           if r.borrower == team and r.rung == rung)
@@ -144,13 +145,14 @@ class Fcfs:
 
     def __init__(self, fleet: Fleet, capacity: Mapping[str, int]) -> None:
         self.fleet, self.capacity = fleet, dict(capacity)
+        self.rungs = fleet.onprem_rungs
         self.cloud = cloud_rung(fleet)
         self.units = {t.name: {r: _Units() for r in fleet.onprem_rungs} for t in fleet.teams}
 
     def step(self, now: float, demand: Demand) -> Placed:
         """Follow demand, place the queue on free units, spill the rest to the cloud."""
         placed = Placed({}, {}, {})
-        for rung in self.fleet.onprem_rungs:
+        for rung in self.rungs:
             on = {t: u[rung] for t, u in self.units.items()}
             for team, u in on.items():
                 u.follow(int(demand.get(team, {}).get(rung, 0)), now)

@@ -1,0 +1,182 @@
+"""Teams: the arbiter's round time, its fair share under contention, and the teams
+simulator's comparison (fleet vs first-come-first-served vs Kueue-like). Pure: no Ray.
+
+Prints one JSON object on stdout (nothing else there), from one run, in well under
+2 minutes:
+
+``arbiter_round_ms``            per node count (1,000 and 10,000 nodes, 100 teams, two
+                                on-prem rungs): p50 and max over rounds of one round,
+                                ``shared_capacity`` over the node table + ``decide``,
+                                wall-clock and CPU time of this process
+``arbiter_met``                 p50 at 10,000 nodes <= ``arbiter_goal_ms`` (10); the max
+                                is reported too (``arbiter_met_max``): on a shared
+                                machine it shows the other tenants as much as the round
+``fair_share_max_error_units``  under contention (every team wants more than the
+                                capacity), after a grace: the largest distance of any
+                                team's held units from its exact (real-valued) weighted
+                                share; goal <= 1
+``simulator``                   a generated burst trace (a lender within its quota, three
+                                borrowers bursting past theirs, a cloud rung): per policy
+                                the lender's queue wait p50/p99, work lost to reclaim and
+                                cloud node-hours bought while on-prem had free units
+
+Each section is one function of ``SECTIONS``; a section that needs a cluster (the live
+figures of issue 28) is one more function there.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ray_ladder.core.arbiter import Holdings, decide, shared_capacity
+from ray_ladder.core.fleet import Fleet
+from ray_ladder.core.placement import NodeState
+from ray_ladder.simulate.teams import generate_bursts, simulate_teams
+
+GOAL_MS = 10.0
+GOAL_UNITS = 1.0
+RUNGS = {"h100": {"resources": {"ladder/h100": 1}, "cost_per_hour": 12},
+         "a100": {"resources": {"ladder/a100": 1}, "cost_per_hour": 4}}
+
+
+def _fleet(teams: int, quota: dict[str, int], **extra: Any) -> Fleet:
+    return Fleet.from_dict({"fleet": "bench", "rungs": {**RUNGS, **extra}, "teams": [
+        {"name": f"t{i:03d}", "quota": quota, "cohort": "all", "weight": 1 + i % 3,
+         "reclaim_grace_s": 5} for i in range(teams)]})
+
+
+def _nodes(n: int) -> list[NodeState]:
+    """A node table: 8-GPU H100 and A100 nodes, CPU nodes, a few dead or draining."""
+    shapes = [{"ladder/h100": 8, "CPU": 96, "GPU": 8}, {"ladder/a100": 8, "CPU": 64, "GPU": 8},
+              {"CPU": 32}]
+    return [NodeState(f"node{i:05d}", i % 97 != 0, dict(shapes[i % 3]), {},
+                      draining=i % 89 == 0) for i in range(n)]
+
+
+def _round_times(nodes: int, teams: int = 100, rounds: int = 200) -> dict[str, Any]:
+    table = _nodes(nodes)
+    per_team = max(1, nodes * 8 // 3 // teams)  # the quotas own the on-prem units
+    fleet = _fleet(teams, {"h100": per_team, "a100": per_team})
+    rng = random.Random(nodes)
+    state, wall, cpu = Holdings(), [], []
+    for r in range(rounds):
+        demand = {t.name: {"h100": rng.randint(0, 3 * per_team),
+                           "a100": rng.randint(0, 3 * per_team)} for t in fleet.teams}
+        w0, c0 = time.perf_counter(), time.process_time()
+        capacity = shared_capacity(fleet, table)
+        state = decide(fleet, state, capacity, demand, float(r)).state
+        wall.append(1000 * (time.perf_counter() - w0))
+        cpu.append(1000 * (time.process_time() - c0))
+    return {"nodes": nodes, "teams": teams, "rounds": rounds, "units": capacity,
+            "p50_ms": round(statistics.median(wall), 3), "max_ms": round(max(wall), 3),
+            "cpu_p50_ms": round(statistics.median(cpu), 3), "cpu_max_ms": round(max(cpu), 3),
+            "notices_in_force_at_end": len(state.reclaims)}
+
+
+def arbiter_section() -> dict[str, Any]:
+    """The arbiter's round at 1,000 and 10,000 nodes with 100 teams."""
+    times = {str(n): _round_times(n) for n in (1_000, 10_000)}
+    big = times["10000"]
+    return {"arbiter_round_ms": times, "arbiter_goal_ms": GOAL_MS,
+            "arbiter_met": big["p50_ms"] <= GOAL_MS, "arbiter_met_max": big["max_ms"] <= GOAL_MS}
+
+
+def _fluid(wants: dict[str, float], weights: dict[str, float], units: float) -> dict[str, float]:
+    """Exact weighted water-filling (real-valued), by removing saturated teams."""
+    out = {n: 0.0 for n in wants}
+    active = {n for n in wants if wants[n] > 0}
+    left = float(units)
+    while active and left > 1e-12:
+        level = left / sum(weights[n] for n in active)
+        full = {n for n in active if wants[n] - out[n] <= level * weights[n]}
+        if not full:
+            for n in active:
+                out[n] += level * weights[n]
+            break
+        for n in full:
+            left -= wants[n] - out[n]
+            out[n] = wants[n]
+        active -= full
+    return out
+
+
+def _exact_share(fleet: Fleet, capacity: int, demand: dict[str, int]) -> dict[str, float]:
+    """The real-valued entitlement of one cohort without limits: demand up to the quota,
+    then the rest of the capacity by weight among those who want more."""
+    weights = {t.name: t.weight for t in fleet.teams}
+    own = {t.name: float(min(demand[t.name], t.quota.get("h100", 0))) for t in fleet.teams}
+    if sum(own.values()) > capacity:
+        return _fluid(own, weights, capacity)
+    extra = _fluid({n: demand[n] - own[n] for n in own}, weights, capacity - sum(own.values()))
+    return {n: own[n] + extra[n] for n in own}
+
+
+def fair_share_section(teams: int = 12, capacity: int = 96, phases: int = 40) -> dict[str, Any]:
+    """Contended demand changes every phase; after a grace, held vs the exact share."""
+    fleet = _fleet(teams, {"h100": capacity // teams})
+    rng = random.Random(7)
+    state, now, worst = Holdings(), 0.0, 0.0
+    for _ in range(phases):
+        demand = {t.name: rng.randint(capacity // teams, capacity) for t in fleet.teams}
+        for _ in range(4):  # rounds 3 s apart: past the 5 s grace
+            state = decide(fleet, state, {"h100": capacity},
+                           {n: {"h100": d} for n, d in demand.items()}, now).state
+            now += 3.0
+        exact = _exact_share(fleet, capacity, demand)
+        worst = max(worst, *(abs(state.units(n, "h100") - exact[n]) for n in exact))
+    return {"fair_share_max_error_units": round(worst, 4),
+            "fair_share_goal_units": GOAL_UNITS, "fair_share_met": worst <= GOAL_UNITS,
+            "fair_share_setting": {"teams": teams, "capacity": capacity, "phases": phases,
+                                   "weights": "1, 2, 3 in turn"}}
+
+
+def simulator_section(day_s: float = 86400.0, seed: int = 1) -> dict[str, Any]:
+    """A lender within its quota, three borrowers past theirs, a cloud rung, one day."""
+    fleet = Fleet.from_dict({"fleet": "bench", "control_period_s": 10, "rungs": {
+        "h100": RUNGS["h100"],
+        "a100-cloud": {"resources": {"ladder/a100": 1}, "cloud": True, "cost_per_hour": 4}},
+        "teams": [{"name": n, "quota": {"h100": 8}, "cohort": "onprem", "reclaim_grace_s": 30}
+                  for n in ("lender", "b1", "b2", "b3")]})
+    trace = generate_bursts(fleet, day_s, seed, base={"lender": 0, "b1": 6, "b2": 6, "b3": 6},
+                            burst_units={"lender": 8, "b1": 8, "b2": 8, "b3": 8},
+                            mean_gap_s=3600, mean_burst_s=3600)
+    start = time.perf_counter()
+    report = simulate_teams(fleet, trace, checkpoint_s=600)
+    took = time.perf_counter() - start
+    out: dict[str, Any] = {}
+    for p in report.policies:
+        lender = p.teams["lender"]
+        out[p.policy] = {
+            "lender_wait_p50_s": lender.wait_p50_s, "lender_wait_p99_s": lender.wait_p99_s,
+            "lender_wait_max_s": lender.wait_max_s,
+            "work_lost_unit_s": p.total["work_lost_unit_s"],
+            "cloud_node_h": p.total["cloud_node_h"],
+            "cloud_node_h_while_onprem_free": p.total["cloud_node_h_while_onprem_free"],
+            "share_error_max_units": p.total["share_error_max_units"]}
+    return {"simulator": {"trace": trace.source, "duration_s": day_s, "tick_s": report.tick_s,
+                          "checkpoint_s": report.checkpoint_s, "grace_s": 30,
+                          "replay_s": round(took, 3), "policies": out}}
+
+
+SECTIONS: tuple[Callable[[], dict[str, Any]], ...] = (
+    arbiter_section, fair_share_section, simulator_section)
+
+
+def main() -> dict[str, Any]:
+    from _machine import MachineProbe
+
+    probe = MachineProbe()
+    result: dict[str, Any] = {}
+    for section in SECTIONS:
+        result.update(section())
+    result["machine"] = probe.report()
+    return result
+
+
+if __name__ == "__main__":
+    print(json.dumps(main()), flush=True)
