@@ -94,7 +94,7 @@ def _rung(url: str) -> str | None:
 
 @pytest.fixture(scope="module")
 def cluster(local_cluster):
-    cluster = local_cluster(ladder=LADDER, initial={"h100": 1, "a100": 2})
+    local_cluster(ladder=LADDER, initial={"h100": 1, "a100": 2})
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port}, proxy_location="HeadOnly")
     arbiter = start_arbiter(FLEET)
