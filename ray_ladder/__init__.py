@@ -9,6 +9,7 @@ from ray_ladder.core.events import TransitionEvent
 from ray_ladder.core.exceptions import (
     Attempt,
     ConfigError,
+    ConstraintNotAllowedError,
     InvalidConstraintsError,
     LadderError,
     LadderExhaustedError,
@@ -32,6 +33,7 @@ __all__ = [
     "CacheSettings",
     "CapacityView",
     "ConfigError",
+    "ConstraintNotAllowedError",
     "Constraints",
     "Decision",
     "InvalidConstraintsError",

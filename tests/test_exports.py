@@ -14,6 +14,7 @@ EXPORTED = [
     "CacheSettings",
     "CapacityView",
     "ConfigError",
+    "ConstraintNotAllowedError",
     "Constraints",
     "Decision",
     "InvalidConstraintsError",
