@@ -14,9 +14,16 @@ _LAZY = {
     "app_builder": "ray_ladder.serve.app",
     "LadderAppArgs": "ray_ladder.serve.app",
     "LadderRouter": "ray_ladder.serve.router",
+    "SharedApp": "ray_ladder.serve.shared",
+    "SharedFront": "ray_ladder.serve.shared",
+    "SharedFrontArgs": "ray_ladder.serve.shared",
+    "build_shared_app": "ray_ladder.serve.shared",
+    "shared_front_builder": "ray_ladder.serve.shared",
 }
 
-__all__ = ["LadderAppArgs", "LadderResult", "LadderRouter", "app_builder", "build_app"]
+__all__ = ["LadderAppArgs", "LadderResult", "LadderRouter", "SharedApp", "SharedFront",
+           "SharedFrontArgs", "app_builder", "build_app", "build_shared_app",
+           "shared_front_builder"]
 
 
 __getattr__ = lazy_getattr("ray_ladder.serve", _LAZY, globals(), extra="serve",

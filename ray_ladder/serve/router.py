@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any
 
 from ray_ladder.cluster.capacity import CapacityView
 from ray_ladder.cluster.event_log import show_events_on_stderr
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.spec import Ladder
+from ray_ladder.serve import forward as forwarding
 from ray_ladder.serve import http, json_route
 from ray_ladder.serve.bindings import Bindings
 from ray_ladder.serve.cache import AnswerCache
@@ -85,13 +86,15 @@ class LadderRouter:
         #: The fleet team the operator bound the app to (docs/teams.md); None: no fleet.
         self.team: str | None = options.get("team")
         view = CapacityView(self.ladder, refresh_interval_s=policy.probe_interval_s,
-                            ready=self._state.is_warm, team=self.team)
+                            ready=self._state.is_warm, team=self.team,
+                            constraints=self.bindings.default)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._prober: Prober
         #: The request walk both routes drive (serve/walker.py over serve/walk.py).
         self.walker = Walker(self._state, self._caller, self._metrics, cache=self._cache,
                              probed=lambda: self._prober.probed, spawn=self._spawn,
-                             clock=self._clock, llm_rungs=self.llm_rungs)
+                             clock=self._clock, llm_rungs=self.llm_rungs,
+                             budget=lambda: view.last.budget if view.last else None)
         self._prober = Prober(self._state, self._caller, view, self._metrics,
                               deployments, app=self._app, failed=self.walker.mark_failed,
                               spawn=self._spawn, clock=self._clock, team=self.team)
@@ -174,3 +177,9 @@ class LadderRouter:
         if route_of(request.url.path) is not None:
             return await openai_routes.handle(self, request, self._max_body_bytes)
         return await json_route.handle(self, request, self._max_body_bytes)
+
+    async def forward(self, message: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """A request a shared endpoint's front authenticated (serve/shared.py), answered
+        as :meth:`__call__` answers HTTP, in parts (a stream stays a stream)."""
+        async for part in forwarding.answer_parts(self.__call__, message):
+            yield part
