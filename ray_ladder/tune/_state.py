@@ -27,8 +27,9 @@ class View:
     """Capacity of one ladder, refreshed in a daemon thread so Tune's loop never waits.
 
     Keeps the node list each snapshot was computed from (to tell a dead node from a
-    trial that failed on a healthy one). ``refresh()`` forces a read when a decision
-    needs the state of right now (after a failure).
+    trial that failed on a healthy one). A run bound to a fleet team reads the team's
+    view (its grants and reclaim notices: docs/teams.md). ``refresh()`` forces a read
+    when a decision needs the state of right now (after a failure).
     """
 
     def __init__(self, spec: LadderTrialSpec, node_source: NodeSource,
@@ -37,7 +38,7 @@ class View:
         self._clock = clock
         self._read_nodes: list[NodeState] = []
         self.view = CapacityView(spec.trial_ladder, require_available=True,
-                                 node_source=self._read)
+                                 node_source=self._read, team=spec.team)
         self.interval_s = spec.ladder.policy.probe_interval_s
         self.state: tuple[CapacitySnapshot, list[NodeState], float] | None = None
         self._lock = threading.Lock()

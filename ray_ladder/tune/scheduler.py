@@ -21,6 +21,7 @@ from ray_ladder.tune._state import TrialState, View
 from ray_ladder.tune.active import ACTIVE
 from ray_ladder.tune.board import publish_run, record_move
 from ray_ladder.tune.history import RungSpan, summary
+from ray_ladder.tune.team import TeamBook
 from ray_ladder.tune.trainable import LadderTrialSpec, spec_of
 
 if TYPE_CHECKING:
@@ -40,8 +41,8 @@ class LadderScheduler(TrialScheduler):
     * **Fall**: when a trial fails (its node was killed: a preemption) and Tune recovers
       it (``FailureConfig(max_failures>=1)``), it is re-placed on the best rung
       obtainable at that moment and restored from its last checkpoint there.
-    * **Notice**: its rung going away (Ray drains the node), it moves at its next checkpoint
-      (:func:`ray_ladder.tune.should_checkpoint` asks for one), before the kill.
+    * **Notice**: its rung going away (a drain; a reclaim of its team's units), it moves at
+      its next checkpoint (:func:`ray_ladder.tune.should_checkpoint` asks), before the kill.
     * **Climb**: once a better rung has been free for ``promotion_hysteresis`` observations
       (every ``probe_interval_s``), the trial is paused on its next result that carries a
       checkpoint, re-placed, and resumed from that checkpoint: never mid-step.
@@ -91,6 +92,7 @@ class LadderScheduler(TrialScheduler):
         self._views: dict[str, View] = {}
         self._specs: dict[str, LadderTrialSpec] = {}
         self._callback: LadderCallback | None = None
+        self._team = TeamBook()  # a team-bound run's grants and demand
 
     # --- public views --------------------------------------------------------------------
 
@@ -182,7 +184,7 @@ class LadderScheduler(TrialScheduler):
             return decision
         self._tick(tune_controller, self._clock())
         target, placed = state.selector.current, state.placed
-        going = placed is not None and self._view(state.spec).snap.rungs[placed].going_away
+        going = self._team.going(self._view(state.spec).snap, state)
         move = lifecycle.at_checkpoint(state.phase, placed, target, going=going,
                                        order=state.spec.trial_ladder.names)
         if move.kind == "stay":
@@ -283,18 +285,13 @@ class LadderScheduler(TrialScheduler):
         return state
 
     def _view(self, spec: LadderTrialSpec) -> View:
-        view = self._views.get(spec.uid)
-        if view is None:
-            view = self._views[spec.uid] = View(spec, self._node_source, self._clock)
-        return view
+        if spec.uid not in self._views:
+            self._views[spec.uid] = View(spec, self._node_source, self._clock)
+        return self._views[spec.uid]
 
     def _live(self, tune_controller: Any) -> list[tuple[Trial, TrialState]]:
-        out = []
-        for trial in tune_controller.get_trials():
-            state = self._states.get(trial.trial_id)
-            if state is not None and trial.status in _LIVE:
-                out.append((trial, state))
-        return out
+        states = ((t, self._states.get(t.trial_id)) for t in tune_controller.get_trials())
+        return [(t, s) for t, s in states if s is not None and t.status in _LIVE]
 
     def _free(self, state: TrialState, running: bool) -> dict[str, bool]:
         """Per rung: can this trial get a placement there now (placements promised to
@@ -309,8 +306,8 @@ class LadderScheduler(TrialScheduler):
             if (state.released and state.released[0] == name
                     and view.node_alive(state.released[1])):
                 free += 1  # its own placement there is being given back
-            out[name] = free > 0
-        if running and state.placed and not snap.rungs[state.placed].going_away:
+            out[name] = self._team.free(snap, state, name, free) > 0
+        if running and state.placed and not self._team.going(snap, state):
             out[state.placed] = True  # its own placement (not when its nodes drain)
         return out
 
@@ -327,10 +324,10 @@ class LadderScheduler(TrialScheduler):
     def _tick(self, tune_controller: Any, now: float,
               trials: list[tuple[Trial, TrialState]] | None = None) -> None:
         """Let each running trial's selector observe every new capacity snapshot."""
-        if trials is None:
-            trials = self._live(tune_controller)
+        trials = self._live(tune_controller) if trials is None else trials
         for trial, state in trials:
             state.phase = lifecycle.on_status(state.phase, pending=trial.status == Trial.PENDING)
+        self._team.observe([state for _, state in trials], now)
         for trial, state in trials:
             view = self._view(state.spec)
             if trial.status == Trial.RUNNING and state.observed_at != view.at:

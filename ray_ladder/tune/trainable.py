@@ -17,6 +17,7 @@ from ray_ladder.core.context import RungContext
 from ray_ladder.core.exceptions import InvalidConstraintsError
 from ray_ladder.core.placement import demand, label_matches
 from ray_ladder.core.spec import Ladder, Rung, as_ladder
+from ray_ladder.core.teamwork import check_team, under_notice
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +56,8 @@ class LadderTrialSpec:
         constraints: Constraints for every trial, or a callable of the trial config.
         num_cpus: CPUs a trial takes on rungs that do not name ``num_cpus``.
         bound: Constraints of the whole run: a trial's own (``constraints``) only narrow.
+        team: The fleet team the run belongs to (the operator's binding; no trial config
+            changes it): its shared rungs follow the team's grants (docs/teams.md).
         uid: Identifies the spec across pickling (Tune unpickles the trainable per use).
     """
 
@@ -63,17 +66,23 @@ class LadderTrialSpec:
     constraints: ConstraintsArg
     num_cpus: float
     bound: Constraints | None = None
+    team: str | None = None
     uid: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @classmethod
     def build(cls, ladder: Ladder, constraints: ConstraintsArg, num_cpus: float,
-              bound: ConstraintsLike = None) -> LadderTrialSpec:
-        """Check the ladder and static constraints once, at decoration."""
+              bound: ConstraintsLike = None, team: str | None = None) -> LadderTrialSpec:
+        """Check the ladder, static constraints and team once, at decoration.
+
+        Raises:
+            ValueError: ``team`` is not a fleet team's name.
+        """
         rungs = [r.model_copy(update={"num_cpus": num_cpus if r.num_cpus is None
                                       else r.num_cpus})
                  for r in ladder.rungs if r.is_compute]
         trial_ladder = ladder.model_copy(update={"rungs": rungs})
-        spec = cls(ladder, trial_ladder, constraints, num_cpus, _as_constraints(bound))
+        spec = cls(ladder, trial_ladder, constraints, num_cpus, _as_constraints(bound),
+                   check_team(team))
         if spec.bound is not None:
             ladder.check_constraints(spec.bound)
         if not callable(constraints):
@@ -195,6 +204,7 @@ class LadderTrainableMixin:
                              "started_at": time.time()}
         with _current_lock:
             _current = RungContext.of(spec.ladder, name) if name else None
+            _notice["team_rung"] = (spec.team, name) if spec.team and name else None
         if name is None:
             logger.warning("ladder %s: trial resources %s match no eligible rung",
                            spec.ladder.name, bundles)
@@ -239,18 +249,22 @@ def current_rung() -> RungContext:
 
 #: How often :func:`should_checkpoint` asks the GCS (a training step may poll it freely).
 NOTICE_POLL_S = 0.5
-_notice: dict[str, float] = {"read_at": float("-inf"), "draining": 0.0}
+_notice: dict[str, Any] = {"read_at": float("-inf"), "draining": 0.0, "team_rung": None}
 
 
 def should_checkpoint() -> bool:
-    """Whether this trial should checkpoint now: its node got a preemption notice.
+    """Whether this trial should checkpoint now: its node got a preemption notice, or
+    its team's units of its rung a reclaim notice.
 
     True once Ray drains the node the trial runs on (``ray drain-node``, a SIGTERMed
-    ``ray start --block`` such as a deleted KubeRay pod: the GCS's draining table, read
-    at most every ``NOTICE_POLL_S``). A training function that polls it each step and,
-    when it is True, reports a checkpoint (``tune.report(metrics, checkpoint=...)``) loses
-    no step: the :class:`~ray_ladder.tune.LadderScheduler` moves the trial to the next
-    rung at that checkpoint, before the node is killed. False outside a Ray worker.
+    ``ray start --block`` such as a deleted KubeRay pod: the GCS's draining table), and,
+    for a run bound to a fleet team (``with_ladder(team=)``), while the fleet arbiter has
+    a reclaim notice in force on the team's units of the trial's rung (its grants entry
+    in Ray's KV); both read at most every ``NOTICE_POLL_S``. A training function that
+    polls it each step and, when it is True, reports a checkpoint
+    (``tune.report(metrics, checkpoint=...)``) loses no step: the
+    :class:`~ray_ladder.tune.LadderScheduler` moves the trial to the next rung at that
+    checkpoint, before the node is killed or the units go. False outside a Ray worker.
 
     Example:
         >>> def train_fn(config):  # doctest: +SKIP
@@ -273,10 +287,20 @@ def should_checkpoint() -> bool:
         if not ray.is_initialized():
             return False
         node = ray.get_runtime_context().get_node_id()
-        _notice["draining"] = float(node in ray_private.draining_nodes())
+        _notice["draining"] = float(node in ray_private.draining_nodes()
+                                    or _team_noticed(_notice["team_rung"]))
     except Exception:  # a GCS hiccup is no notice; ask again at the next poll
         logger.debug("should_checkpoint: could not read Ray's draining nodes", exc_info=True)
     return bool(_notice["draining"])
+
+
+def _team_noticed(team_rung: tuple[str, str] | None) -> bool:
+    """Whether the fleet arbiter has a reclaim notice on the team's units of the rung."""
+    if team_rung is None:
+        return False
+    from ray_ladder.cluster.grants import GrantReader
+
+    return under_notice(GrantReader().get(team_rung[0]), team_rung[1])
 
 
 def with_ladder(
@@ -286,6 +310,7 @@ def with_ladder(
     *,
     num_cpus: float = 1,
     bound: ConstraintsLike = None,
+    team: str | None = None,
 ) -> Callable[[dict], Any]:
     """Make a Tune function trainable run on a ladder.
 
@@ -304,12 +329,18 @@ def with_ladder(
         bound: Constraints bound to the whole run (``Constraints`` or a dict): every
             trial runs under them and its own ``constraints`` may only narrow them
             (``ConstraintNotAllowedError`` otherwise).
+        team: The fleet team the run belongs to (the operator's binding, like ``bound``:
+            no trial config changes it). Its trials' shared rungs follow the team's grants
+            from the fleet arbiter: a rung with no unit granted is not obtainable, a
+            reclaim notice moves a trial at its next checkpoint (:func:`should_checkpoint`
+            asks for one), and the scheduler reports the run's demand (docs/teams.md).
 
     Returns:
         The trainable to hand to ``tune.Tuner``.
 
     Raises:
         InvalidConstraintsError: static constraints no rung can satisfy.
+        ValueError: ``team`` is not a fleet team's name.
 
     Example:
         >>> trainable = with_ladder(train_fn, "ladder.yaml", {"jurisdiction": "eu"})
@@ -320,7 +351,7 @@ def with_ladder(
 
     if not callable(train_fn):
         raise TypeError(f"train_fn must be a function of config, got {type(train_fn).__name__}")
-    spec = LadderTrialSpec.build(as_ladder(ladder), constraints, num_cpus, bound)
+    spec = LadderTrialSpec.build(as_ladder(ladder), constraints, num_cpus, bound, team)
 
     @functools.wraps(train_fn)
     def ladder_trainable(config: dict) -> Any:
