@@ -1,4 +1,5 @@
-"""`ray-ladder fleet start FLEET.yaml` and `ray-ladder fleet status`: the cluster's arbiter."""
+"""`ray-ladder fleet start FLEET.yaml`, `ray-ladder fleet status` (the cluster's arbiter) and
+`ray-ladder fleet hash-key` (an entry of a shared endpoint's keys file)."""
 
 from __future__ import annotations
 
@@ -62,3 +63,35 @@ def status(address: str, as_json: bool) -> None:
         click.echo("no fleet arbiter has published grants on this cluster "
                    "(ray-ladder fleet start FLEET.yaml)", err=True)
         sys.exit(1)
+
+
+@fleet.command("hash-key")
+@click.option("--team", required=True, help="The fleet team the key belongs to.")
+@click.option("--name", default=None, help="A label for the entry (who holds the key).")
+def hash_key_cmd(team: str, name: str | None) -> None:
+    """Read an API key on stdin and print its keys-file entry (its SHA-256, never the key).
+
+    \b
+    printf %s "$KEY" | ray-ladder fleet hash-key --team research >> keys.yaml
+    """
+    import re
+
+    from ray_ladder.core.keys import MIN_KEY_CHARS, hash_key
+    from ray_ladder.core.spec import SLUG_PATTERN
+
+    if not re.fullmatch(SLUG_PATTERN, team):
+        click.echo(f"--team {team!r} is not a fleet team's name (lowercase letters, digits, "
+                   "'.', '_', '-')", err=True)
+        sys.exit(EXIT_INVALID)
+    if sys.stdin.isatty():
+        key = click.prompt("API key", hide_input=True, err=True)
+    else:
+        key = sys.stdin.read()
+    key = key.strip()
+    if len(key) < MIN_KEY_CHARS or any(c.isspace() for c in key):
+        click.echo(f"the key must be one word of at least {MIN_KEY_CHARS} characters (a "
+                   "shorter one could be guessed from its hash); e.g. python -c \"import "
+                   "secrets; print('sk-' + secrets.token_urlsafe(32))\"", err=True)
+        sys.exit(EXIT_INVALID)
+    label = f", name: {json.dumps(name)}" if name else ""
+    click.echo(f"  - {{team: {team}, sha256: {hash_key(key)}{label}}}")
