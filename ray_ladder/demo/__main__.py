@@ -1,8 +1,9 @@
 """``python -m ray_ladder.demo``: the ladder story on an embedded LocalCluster, end to end.
 
-Two stories: ``llm`` (the default, what ``make demo`` tells) streams chat answers through
+Three stories: ``llm`` (the default, what ``make demo`` tells) streams chat answers through
 an n-gram model ladder while the top node is preempted mid-generation and comes back;
-``digits`` serves digit classifiers through two preemptions and a return.
+``digits`` serves digit classifiers through two preemptions and a return; ``teams`` has
+two teams share two h100 units behind the fleet arbiter (borrow, reclaim notice, move).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ray_ladder.ladders import ladder_path
 # Package data (ray_ladder/ladders/), so an installed wheel finds them as a checkout does.
 DEFAULT_LADDER = ladder_path("demo")  # the digits story's
 LLM_LADDER = ladder_path("llm")
-STORIES = ("llm", "digits")
+STORIES = ("llm", "digits", "teams")
 #: What the stories import (Ray Serve's HTTP stack, the load clients, the models, the
 #: plots): checked before a cluster starts, so a missing one names the demo extra at once.
 NEEDS = ("fastapi", "starlette", "uvicorn", "httpx", "matplotlib", "sklearn", "threadpoolctl")
@@ -39,7 +40,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     "llm (default): chat clients stream through an h100 -> a100 -> cpu -> shed "
                     "ladder of n-gram models while the h100 node is preempted mid-generation "
                     "and returns. digits: digit classifiers behind h100 -> a100 -> cpu -> "
-                    "cache -> shed through two preemptions and a return.")
+                    "cache -> shed through two preemptions and a return. teams: team b "
+                    "borrows team a's idle h100 units, a's load arrives, b gets a reclaim "
+                    "notice and moves down its ladder, a is served from h100.")
     p.add_argument("--story", choices=STORIES, default="llm", help="which story (default: llm)")
     p.add_argument("--ladder", type=Path, default=None,
                    help=f"ladder YAML (default: the shipped {LLM_LADDER.name} for llm, "
@@ -51,7 +54,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="seconds to wait for answers from the top rung after it returns")
     p.add_argument("--tail", type=float, default=None,
                    help="seconds of traffic after the climb (default: 10 for llm, so most "
-                        "clients start a stream on the top rung again; 5 for digits)")
+                        "clients start a stream on the top rung again; 5 for digits; 2 "
+                        "for teams, after the last move)")
     p.add_argument("--deadline", type=float, default=420.0,
                    help="hard limit on the whole run (above the sum of the phase limits); past it "
                         "the cluster is torn down")
@@ -68,11 +72,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                      help="seconds the open streams get to finish after the story")
     digits = p.add_argument_group("digits story")
     digits.add_argument("--rate", type=float, default=20.0, help="requests per second")
+    teams = p.add_argument_group("teams story")
+    teams.add_argument("--team-rate", type=float, default=5.0,
+                       help="requests per second of each team's load")
+    teams.add_argument("--grace", type=float, default=4.0,
+                       help="team b's reclaim grace (seconds)")
+    teams.add_argument("--borrowed", type=float, default=3.0,
+                       help="seconds b runs on a's units before a's load arrives")
+    teams.add_argument("--horizon", type=float, default=60.0,
+                       help="longest wait for the moves after a's load arrives")
     args = p.parse_args(argv)
     if args.ladder is None:
         args.ladder = LLM_LADDER if args.story == "llm" else DEFAULT_LADDER
     if args.tail is None:
-        args.tail = 10.0 if args.story == "llm" else 5.0
+        args.tail = {"llm": 10.0, "digits": 5.0}.get(args.story, 2.0)
     if args.clients < 1 or args.max_tokens < 1:
         p.error("--clients and --max-tokens must be >= 1")
     return args
@@ -118,6 +131,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ray_ladder.demo.run import run_demo
 
             return run_demo(args, console)
+        if args.story == "teams":
+            from ray_ladder.demo.teams.run import run_teams_demo
+
+            return run_teams_demo(args, console)
         from ray_ladder.demo.llm.run import run_llm_demo
 
         return run_llm_demo(args, console)

@@ -150,9 +150,10 @@ class Serving:
 
 @contextmanager
 def serving(ladder: Ladder, *, out: Path, verbose: bool, console: Console,
-            phase: Phases) -> Iterator[Serving]:
-    """Start ``ladder``'s local cluster, connect, start Serve on a free loopback port; on
-    exit (any path, Ctrl-C included) shut Ray down and stop the cluster's processes.
+            phase: Phases, cluster: Any = None) -> Iterator[Serving]:
+    """Start ``ladder``'s local cluster (or ``cluster``, a LocalCluster not started and
+    not connecting), connect, start Serve on a free loopback port; on exit (any path,
+    Ctrl-C included) shut Ray down and stop the cluster's processes.
 
     Phases ``cluster`` and ``serve`` begin here; deploying the app is the caller's.
     """
@@ -165,7 +166,8 @@ def serving(ladder: Ladder, *, out: Path, verbose: bool, console: Console,
         # after `import ray`, which configures these loggers.
         for name in ("ray", "ray.serve"):
             logging.getLogger(name).setLevel(logging.WARNING)
-    cluster = LocalCluster.from_ladder(ladder, connect=False)
+    if cluster is None:
+        cluster = LocalCluster.from_ladder(ladder, connect=False)
     phase("cluster", "starting the local cluster (head + " + " + ".join(
         f"{t} node" for t in cluster.node_types) + ") ...")
     LIVE_CLUSTERS.append(cluster)

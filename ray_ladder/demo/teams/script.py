@@ -1,0 +1,194 @@
+"""Play the teams scenario on a running cluster with Serve: deploy, load, wait for each
+move, clean up. With ``fleet=True`` the arbiter runs and the workloads are bound to
+their teams; with ``fleet=False`` nothing arbitrates (plain Ray's first come, first
+served)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ray_ladder.demo.teams.scenario import (
+    LOWER,
+    SHARED,
+    Feeder,
+    Load,
+    Mark,
+    Options,
+    Result,
+    Sample,
+    TeamModel,
+    _Loop,
+    team_fleet,
+    team_ladder,
+    team_work,
+)
+
+#: The moves the story waits for after a's load arrives: label -> what shows it.
+Check = Callable[[Result, float], bool]
+
+
+def _served(team: str, rung: str, kind: str) -> Check:
+    def check(res: Result, since: float) -> bool:
+        recs: list[Any] = res.requests if kind == "requests" else res.tasks
+        return any(r.team == team and r.rung == rung and r.t >= since
+                   and getattr(r, "status", 200) == 200 for r in recs)
+    return check
+
+
+def _noticed(res: Result, since: float) -> bool:
+    return any(s.teams.get("b", {}).get("noticed", 0) > 0 for s in res.samples)
+
+
+def moves(fleet: bool) -> dict[str, Check]:
+    """The moves after a's arrival, in story order (no notice without an arbiter)."""
+    out: dict[str, Check] = {"reclaim notice to b": _noticed} if fleet else {}
+    out.update({
+        "b's requests on l4": _served("b", LOWER["b"], "requests"),
+        "b's tasks on l4": _served("b", LOWER["b"], "tasks"),
+        "a served from h100": _served("a", SHARED, "requests"),
+        "a's tasks on h100": _served("a", SHARED, "tasks")})
+    return out
+
+
+def _deploy(team: str, bound: str | None, *, blocking: bool) -> None:
+    from ray import serve
+
+    from ray_ladder.serve import build_app
+
+    quick = {"graceful_shutdown_timeout_s": 2.0}
+    ladder = team_ladder(team)
+    rungs = [r.name for r in ladder.rungs if r.is_compute]
+    app = build_app(ladder, dict.fromkeys(rungs, TeamModel), team=bound,
+                    deployment_options=dict.fromkeys(rungs, quick))
+    serve._run(app, _blocking=blocking, name=team, route_prefix=f"/{team}")
+
+
+def _task(team: str, bound: str | None) -> Any:
+    from ray_ladder.task import ladder_task
+
+    return ladder_task(team_ladder(team), team=bound, max_attempts=8,
+                       name=f"teams-{team}-{'fleet' if bound else 'plain'}")(team_work)
+
+
+def _until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the teams story waited {timeout_s:.0f}s for {what}")
+        time.sleep(0.1)
+
+
+def _answers(url: str, rung: str | None) -> bool:
+    import httpx
+
+    try:
+        r = httpx.post(url, json={}, timeout=10)
+    except httpx.HTTPError:
+        return False
+    return r.status_code == 200 and (rung is None or r.headers.get("x-ladder-rung") == rung)
+
+
+def _sampler(arbiter: Any, res: Result, clock: Callable[[], float]) -> _Loop:
+    import ray
+
+    def sample() -> None:
+        status = ray.get(arbiter.status.remote(), timeout=10)
+        res.samples.append(Sample(clock(), {
+            team: {k: int(v) for k, v in entry["rungs"][SHARED].items()}
+            for team, entry in status["teams"].items()}))
+    return _Loop(sample, 0.25)
+
+
+def run_scenario(url: str, *, fleet: bool, opts: Options = Options(),
+                 on_mark: Callable[[Mark], None] = lambda m: None) -> Result:
+    """Run the scenario once against Serve at ``url``; everything it started is gone
+    when it returns (apps, arbiter, the fleet's KV entries)."""
+    from ray_ladder.fleet import start_arbiter
+
+    arbiter = start_arbiter(team_fleet(opts.grace_s)) if fleet else None
+    bound: dict[str, str | None] = {t: (t if fleet else None) for t in ("a", "b")}
+    loops: list[Any] = []
+    try:
+        _deploy("b", bound["b"], blocking=True)
+        _until(lambda: _answers(f"{url}/b", SHARED), opts.deploy_timeout_s,
+               "b's app to answer from h100")
+        t0 = time.monotonic()
+        res = Result("fleet" if fleet else "plain", 0.0, opts.horizon_s)
+        return _play(url, res, lambda: time.monotonic() - t0, arbiter, bound, opts,
+                     on_mark, loops)
+    finally:
+        for loop in loops:
+            loop.stop()
+        _clean_up(arbiter)
+
+
+def _play(url: str, res: Result, clock: Callable[[], float], arbiter: Any,
+          bound: dict[str, str | None], opts: Options, on_mark: Callable[[Mark], None],
+          loops: list[Any]) -> Result:
+    def mark(label: str) -> None:
+        res.marks.append(Mark(round(clock(), 3), label))
+        on_mark(res.marks[-1])
+
+    if arbiter is not None:
+        loops.append(_sampler(arbiter, res, clock))
+    loops.append(b_load := Load("b", f"{url}/b", clock, opts.rate_hz))
+    loops.append(b_tasks := Feeder("b", _task("b", bound["b"]), clock))
+    mark("b's load starts")
+    held = (lambda: bool(res.samples) and res.samples[-1].teams["b"]["held"] >= 2) \
+        if arbiter is not None else (lambda: True)
+    _until(lambda: held() and any(c.rung == SHARED for c in b_tasks.done),
+           opts.deploy_timeout_s, "b to borrow a's idle units")
+    mark("b borrows a's idle units")
+    time.sleep(opts.borrowed_s)
+    res.arrived_at = clock()
+    mark("a's load arrives")
+    _deploy("a", bound["a"], blocking=False)
+    loops.append(a_tasks := Feeder("a", _task("a", bound["a"]), clock))
+    try:
+        _until(lambda: _answers(f"{url}/a", None), opts.horizon_s, "a's app to answer")
+        loops.append(a_load := Load("a", f"{url}/a", clock, opts.rate_hz))
+        _await_moves(res, [b_load, a_load], [b_tasks, a_tasks], moves(arbiter is not None),
+                     mark, clock, opts)
+        time.sleep(opts.tail_s)
+    finally:
+        for loop in loops:
+            loop.stop()
+        res.tasks = b_tasks.stop() + a_tasks.stop()
+    res.requests = sorted(b_load.records + a_load.records, key=lambda r: r.t)
+    return res
+
+
+def _await_moves(res: Result, loads: list[Load], feeders: list[Feeder],
+                 checks: dict[str, Check], mark: Callable[[str], None],
+                 clock: Callable[[], float], opts: Options) -> None:
+    """Mark each move when it shows; stop at the horizon (plain Ray may never move)."""
+    pending = dict(checks)
+    while pending and clock() - res.arrived_at < opts.horizon_s:
+        res.requests = [r for load in loads for r in list(load.records)]
+        res.tasks = [c for f in feeders for c in list(f.done)]
+        for label, check in list(pending.items()):
+            if check(res, res.arrived_at):
+                mark(label)
+                del pending[label]
+        time.sleep(0.1)
+    if pending:
+        mark(f"horizon: {', '.join(pending)} not seen")
+
+
+def _clean_up(arbiter: Any) -> None:
+    import ray
+    from ray import serve
+
+    from ray_ladder.cluster import grants, ray_private
+
+    for app in ("a", "b"):
+        with contextlib.suppress(Exception):  # never deployed
+            serve.delete(app)
+    if arbiter is not None:
+        ray.kill(arbiter, no_restart=True)
+        for key in ray_private.kv_list("fleet/", namespace=grants.KV_NAMESPACE):
+            ray_private.kv_del(key.decode(), namespace=grants.KV_NAMESPACE)
+
