@@ -10,7 +10,9 @@ from typing import Any
 
 from ray_ladder.autoscale import sources
 from ray_ladder.autoscale.plan import MAX_EVENTS, AutoscaleOptions, AutoscalePlanner
+from ray_ladder.autoscale.teams import TeamGrants
 from ray_ladder.cluster.board import hook_step
+from ray_ladder.cluster.grants import GrantReader
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.spec import Ladder, as_ladder
 
@@ -50,6 +52,12 @@ class AutoscaleHook:
     work, scale down), ``released`` (its node request is gone; Ray's idle timeout returns
     the node once nothing runs there).
 
+    With ``team`` (the fleet team whose work the ladder runs, bound by the operator), each
+    step also reads the team's grants (:mod:`ray_ladder.cluster.grants`): a shared on-prem
+    rung serves only on units granted to the team, and a cloud rung is asked for only
+    while the team can get no on-prem shared rung of the ladder
+    (:mod:`ray_ladder.autoscale.teams`). Without a fleet (no grants entry) it is ignored.
+
     Example:
         >>> hook = start_hook(load_ladder("gpu.yaml"), {"retry_initial_s": 60})  # doctest: +SKIP
         >>> ray.get(hook.state.remote())["serving"]  # doctest: +SKIP
@@ -57,8 +65,11 @@ class AutoscaleHook:
     """
 
     def __init__(self, ladder: Mapping[str, Any], options: Mapping[str, Any] | None = None,
-                 constraints: Mapping[str, Any] | None = None) -> None:
+                 constraints: Mapping[str, Any] | None = None, team: str | None = None
+                 ) -> None:
         self.ladder = Ladder.from_dict(dict(ladder))
+        self.team = team
+        self._grants = GrantReader() if team is not None else None
         self.options = AutoscaleOptions.model_validate(dict(options or {}))
         self.constraints = Constraints.model_validate(dict(constraints)) if constraints else None
         self.planner = AutoscalePlanner(self.ladder, self.options, self.constraints)
@@ -99,7 +110,8 @@ class AutoscaleHook:
         """One observation and request (the loop calls it every ``interval_s``)."""
         now = time.time()  # wall clock: the autoscaler's records use it
         present, on_head = sources.present_placements(self.ladder)
-        plan = self.planner.step(present, sources.read_launch_failures(), now, on_head=on_head)
+        plan = self.planner.step(present, sources.read_launch_failures(), now, on_head=on_head,
+                                 team=self._team_grants())
         request = (plan.bundles, plan.label_selectors)
         if request != self._sent or now - self._sent_at >= RESEND_S:
             sources.submit_request(self.ladder.name, plan.bundles, plan.label_selectors, now)
@@ -126,6 +138,14 @@ class AutoscaleHook:
         if changed:
             self._notify(state)
         return state
+
+    def _team_grants(self) -> TeamGrants | None:
+        """The team's grants now (the last entry read while the arbiter is down; ``None``
+        without a team or a fleet)."""
+        if self.team is None or self._grants is None:
+            return None
+        entry = self._grants.get(self.team)
+        return TeamGrants.from_entry(entry) if entry is not None else None
 
     # --- consumers -----------------------------------------------------------------------
 
@@ -200,12 +220,16 @@ class AutoscaleHook:
 
 def start_hook(ladder: Ladder | str, options: AutoscaleOptions | Mapping[str, Any] | None = None,
                constraints: Constraints | None = None, *, detached: bool = True,
-               namespace: str = HOOK_NAMESPACE) -> Any:
+               namespace: str = HOOK_NAMESPACE, team: str | None = None) -> Any:
     """Start (or find) the hook actor of ``ladder`` on the head node; returns its handle.
 
     The actor is named ``ladder-autoscale-<ladder>`` in namespace ``ray_ladder``, detached
     (it outlives the driver), restarted by Ray if it dies (it resumes from the state it
     published), and takes no CPU. An existing hook is returned as it is.
+
+    ``team`` binds the ladder to a fleet team (the operator's binding, as for Serve's
+    ``build_app(team=)``): the hook buys the fleet's cloud rungs for it only while it can
+    get no on-prem shared rung of the ladder by quota or borrowing (docs/teams.md).
 
     Example:
         >>> hook = start_hook("examples/ladders/gpu-serving.yaml")  # doctest: +SKIP
@@ -223,7 +247,7 @@ def start_hook(ladder: Ladder | str, options: AutoscaleOptions | Mapping[str, An
         resources={"node:__internal_head__": 0.001},
     )
     return actor.remote(lad.model_dump(mode="json"), opts.model_dump(mode="json"),
-                        constraints.model_dump(mode="json") if constraints else None)
+                        constraints.model_dump(mode="json") if constraints else None, team)
 
 
 def get_hook(ladder: str, namespace: str = HOOK_NAMESPACE) -> Any:

@@ -7,9 +7,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from ray_ladder.core.backoff import Backoff
+from ray_ladder.autoscale.options import AutoscaleOptions, LaunchFailure
+from ray_ladder.autoscale.teams import TeamGrants
 from ray_ladder.core.capacity_type import CapacitySpec, gate, usable_at
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.events import EventKind, TransitionEvent
@@ -21,73 +20,7 @@ Status = Literal["idle", "requested", "queued", "probing", "stocked_out", "up"]
 _ASKED = ("requested", "queued", "probing")
 Role = Literal["serving", "warming", "draining", "released", "none"]
 MAX_EVENTS = 50
-
-
-class AutoscaleOptions(BaseModel):
-    """How the autoscaler hook asks for nodes and backs off after a stock-out.
-
-    Example:
-        >>> AutoscaleOptions(retry_initial_s=5, retry_max_s=60).retry_delay_s(3)
-        20.0
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    node_types: dict[str, list[str]] = Field(
-        default_factory=dict,
-        description="Rung -> autoscaler node types that host it (default: the node type "
-        "named after the rung, as `ray-ladder render` writes it). An empty list marks a "
-        "static rung (fixed on-prem machines): never requested, used while present.")
-    bundles_per_rung: int = Field(1, ge=1, description="Placements of a rung to request.")
-    provision_timeout_s: float = Field(
-        300.0, gt=0, description="A requested rung with no node after this long counts as "
-        "stocked out even without a refusal record.")
-    retry_initial_s: float = Field(
-        30.0, gt=0, description="Wait before the first retry of a stocked-out rung.")
-    retry_max_s: float = Field(600.0, gt=0, description="Longest wait between retries.")
-    retry_multiplier: float = Field(2.0, ge=1, description="Backoff growth per refusal.")
-    drain_s: float = Field(
-        10.0, ge=0, description="Seconds a lesser rung keeps its node request after traffic "
-        "moved up (in-flight work finishes) before it is released.")
-    interval_s: float | None = Field(
-        None, gt=0, description="Seconds between hook steps (default: the ladder policy's "
-        "probe_interval_s).")
-    promotion_hysteresis: int | None = Field(
-        None, ge=1, description="Override the ladder policy's promotion_hysteresis.")
-
-    @model_validator(mode="after")
-    def _check(self) -> AutoscaleOptions:
-        if self.retry_max_s < self.retry_initial_s:
-            raise ValueError(f"retry_max_s ({self.retry_max_s}) must be >= retry_initial_s "
-                             f"({self.retry_initial_s})")
-        return self
-
-    @property
-    def backoff(self) -> Backoff:
-        """The stock-out backoff these options describe (``retry_*``)."""
-        return Backoff(self.retry_initial_s, self.retry_max_s, self.retry_multiplier)
-
-    def retry_delay_s(self, failures: int) -> float:
-        """Backoff after ``failures`` consecutive refusals (1 -> ``retry_initial_s``; any
-        count, however large, waits at most ``retry_max_s`` and never raises)."""
-        return float(self.backoff.delay(failures))
-
-
-@dataclass(frozen=True)
-class LaunchFailure:
-    """One failed node launch, as Ray's autoscaler recorded it.
-
-    Attributes:
-        node_type: Autoscaler node type.
-        time: Unix time of the attempt (whole seconds in autoscaler v1).
-        category: Short error label, e.g. ``InsufficientInstanceCapacity``.
-        description: The provider's message.
-    """
-
-    node_type: str
-    time: float
-    category: str = ""
-    description: str = ""
+__all__ = ["AutoscaleOptions", "AutoscalePlanner", "LaunchFailure", "Plan", "RungState"]
 
 
 @dataclass
@@ -167,6 +100,11 @@ class AutoscalePlanner:
     * A *capacity block* is asked for, and obtainable, only inside its window
       (:func:`~ray_ladder.core.capacity_type.gate`): the selector falls from it when the
       window closes, ``leave_before_s`` before the block ends.
+    * With a team's grants (``team=``, :class:`~ray_ladder.autoscale.teams.TeamGrants`):
+      a shared on-prem rung serves only while the team holds an unreclaimed unit of it
+      and is aimed at only while the team can get one; a cloud rung is asked for only
+      while no on-prem shared rung of the ladder is reachable for the team (kept while it
+      serves, so the ladder climbs home first, then drains and is released).
 
     Example:
         >>> planner = AutoscalePlanner(ladder, AutoscaleOptions())  # doctest: +SKIP
@@ -199,11 +137,13 @@ class AutoscalePlanner:
         self.serving: str | None = None
         self.target: str | None = None
         self._on_head: set[str] = set()
+        self.team: TeamGrants | None = None
 
     # --- one step ------------------------------------------------------------------------
 
     def step(self, present: Mapping[str, int], failures: Iterable[LaunchFailure],
-             now: float, on_head: Collection[str] = ()) -> Plan:
+             now: float, on_head: Collection[str] = (), team: TeamGrants | None = None
+             ) -> Plan:
         """Advance by one observation.
 
         Args:
@@ -211,9 +151,11 @@ class AutoscalePlanner:
             failures: Launch failures Ray's autoscaler reports (old ones are ignored).
             now: Unix time (the autoscaler's records use the same clock).
             on_head: Rungs the head node hosts: never requested (the head never leaves).
+            team: The hook's team's grants (``None``: no fleet, no team rule).
         """
         self._events = []
         self._on_head = set(on_head)
+        self.team = team
         self._take_failures(failures, now)
         for st in self.rungs.values():
             self._observe_nodes(st, int(present.get(st.name, 0)), now)
@@ -231,17 +173,21 @@ class AutoscalePlanner:
                             + (" (queued again)" if queued else ""))
         obtainable = gate(self.ladder.rungs, {n: s.nodes > 0 for n, s in self.rungs.items()},
                           now)
+        if team is not None:  # a shared rung serves the team only on its granted units
+            obtainable = team.limit(obtainable)
         decision = self.selector.observe(obtainable, now)
         self.serving = decision.rung
         # The target is the best rung to ask for and wait on: a queued rung is asked for
         # early but never waited on; a capacity block only inside its window, and not in its
         # last provision_timeout_s, so the rung below has a node when the window closes.
         lead = self.options.provision_timeout_s
+        names = list(self.rungs)
         self.target = next((n for n, s in self.rungs.items() if s.status != "stocked_out"
                             and (s.node_types or s.nodes > 0)
                             and usable_at(self._capacity[n], now)
                             and not (s.window and now >= s.window[1] - lead)
-                            and not (self._capacity[n].queued and s.status != "up")), None)
+                            and not (self._capacity[n].queued and s.status != "up")
+                            and (team is None or team.may_target(n, names))), None)
         bundles, selectors = self._request(now)
         return Plan(now, self.serving, self.target, bundles, selectors, list(self._events),
                     decision)
@@ -305,6 +251,8 @@ class AutoscalePlanner:
     def _request(self, now: float) -> tuple[list[dict[str, float]], list[dict[str, str]]]:
         names = list(self.rungs)
         serving_idx = names.index(self.serving) if self.serving in self.rungs else len(names)
+        # A cloud rung the team may not buy now is kept only while its work runs there.
+        blocked = self.team.blocked_cloud(names) if self.team is not None else frozenset()
         bundles: list[dict[str, float]] = []
         selectors: list[dict[str, str]] = []
         for i, (name, st) in enumerate(self.rungs.items()):
@@ -315,7 +263,8 @@ class AutoscalePlanner:
             early = cap.queued and usable and i < serving_idx and st.status != "stocked_out"
             needed = (name == self.target or name == self.serving or warming or early
                       or st.status == "probing") and bool(st.node_types) \
-                and name not in self._on_head
+                and name not in self._on_head \
+                and (name not in blocked or name == self.serving)
             if needed or st.status != "up":
                 st.keep_until = None  # only a rung with nodes has work to drain
             elif st.target_bundles and st.keep_until is None:
@@ -332,7 +281,7 @@ class AutoscalePlanner:
                     self._event(now, "released", name, (
                         "capacity block window closed" if not usable else "request released")
                         + "; Ray's idle timeout returns the node")
-                if st.status in ("requested", "queued"):
+                if st.status in ("requested", "queued", "probing"):
                     st.status, st.requested_since, st.queued_since = "idle", None, None
                 st.keep_until = None
             # A rung the hook cannot give back (it runs on the head, or has no node type
@@ -362,7 +311,10 @@ class AutoscalePlanner:
 
     def state(self) -> dict[str, Any]:
         """Rung states, serving and target rungs (JSON-ready)."""
+        team = self.team
         return {"ladder": self.ladder.name, "serving": self.serving, "target": self.target,
+                "team": team.team if team else None,
+                "cloud_held": team.cloud_note(list(self.rungs)) if team else None,
                 "rungs": {n: s.to_dict() for n, s in self.rungs.items()}}
 
     def dump(self) -> dict[str, Any]:

@@ -138,7 +138,10 @@ def status(address: str, ladder_name: str | None, as_json: bool) -> None:
               help="No node after this long counts as a stock-out.")
 @click.option("--drain-s", type=float, default=None, help="Drain time before release (s).")
 @click.option("--interval-s", type=float, default=None, help="Seconds between steps.")
-def start(ladder_file: str, address: str, node_types: tuple[str, ...], **values: Any) -> None:
+@click.option("--team", default=None, help="Fleet team the ladder's work belongs to: cloud "
+              "rungs are bought for it only while on-prem is full for it (docs/teams.md).")
+def start(ladder_file: str, address: str, node_types: tuple[str, ...], team: str | None,
+          **values: Any) -> None:
     """Start the hook actor of LADDER_FILE (detached; returns at once).
 
     Exit 2: an invalid ladder file or option; 3: no cluster at the address.
@@ -164,7 +167,7 @@ def start(ladder_file: str, address: str, node_types: tuple[str, ...], **values:
         with _connected(address):
             import ray
 
-            hook = start_hook(ladder, options)
+            hook = start_hook(ladder, options, team=team)
             # Wait for the actor to answer, so a detached hook is really up when we return.
             ray.get(hook.state.remote(), timeout=120)
     except ValueError as err:
