@@ -23,6 +23,7 @@ States (each carries ``request``, the run's last request number, so numbers neve
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -249,6 +250,72 @@ def while_noticed(state: RunState, *, parked: int | None) -> Step:
     if isinstance(state, Noticed) and not state.ended and parked == state.request:
         return Step("end_wait", replace(state, ended=True))
     return Step("none", state)
+
+
+#: A span that ended because the fleet arbiter reclaimed its team's units (``ended_by``).
+RECLAIM_NOTICE = "reclaim notice"
+
+
+def on_reclaim(state: RunState, *, going: bool, deadline: float | None,
+               parked: int | None, target: str | None) -> Step:
+    """A run bound to a fleet team read its grants while its group runs (``going``: a
+    reclaim notice leaves the team fewer units of its rung than its gang; ``deadline``:
+    the notice's; ``target``: the rung it would move to now, ``None``: none fits).
+
+    Rules, first match wins:
+
+    1. going and no notice stands: ``notice`` (ask the workers to stop at their next
+       checkpoint, as :func:`on_notice` does, with the rung that fits now or ``""``);
+    2. going, a notice stands and the workers stopped for it: ``move`` to ``target``
+       (``none`` while nothing fits: they wait at the checkpoint);
+    3. a notice stands but the rung is no longer going away (the notice was withdrawn):
+       ``cancel`` it (the workers go on where they are);
+    4. otherwise: ``none``.
+
+    Example:
+        >>> on_reclaim(Steady(1), going=True, deadline=30.0, parked=None, target="a100").state
+        Noticed(request=2, deadline=30.0, ended=False)
+        >>> on_reclaim(Noticed(2, 30.0), going=True, deadline=30.0, parked=2,
+        ...            target="a100").kind
+        'move'
+    """
+    if going and not isinstance(state, Noticed):
+        step = on_notice(state, deadline=deadline, parked=parked)
+        return replace(step, rung=target or "")
+    if not isinstance(state, Noticed):
+        return Step("none", state)
+    if not going:
+        return Step("cancel", Steady(state.request), request=state.request)
+    if parked == state.request and target is not None:
+        return Step("move", started(state), rung=target)
+    return Step("none", state)
+
+
+def resized(before: str | None, after: str, order: Sequence[str]) -> str:
+    """Why a group that Ray Train resized from ``before`` to ``after`` ended (``order``:
+    the eligible rungs, best first): a climb, or a move down off reclaimed units.
+
+    Example:
+        >>> resized("h100", "a100", ["h100", "a100"])
+        'reclaim notice'
+    """
+    if before in order and after in order and order.index(after) > order.index(before):
+        return RECLAIM_NOTICE
+    return f"climbed to {after}"
+
+
+def reclaim_reason(team: str, state: RunState, wall: float) -> str:
+    """The event reason of a move off a rung the team's units of were reclaimed.
+
+    Example:
+        >>> reclaim_reason("b", Noticed(1, deadline=100.0), 94.0)[-25:]
+        '6.0 s before the deadline'
+    """
+    deadline = state.deadline if isinstance(state, Noticed) else None
+    due = ("no deadline" if deadline is None else
+           f"{max(0.0, deadline - wall):.1f} s before the deadline")
+    return (f"{RECLAIM_NOTICE}: team {team}'s units go back; moved at a committed "
+            f"checkpoint, {due}")
 
 
 def notice_reason(state: RunState, wall: float) -> str:

@@ -93,10 +93,11 @@ class GangPlanner:
                             exclude=exclude, strategy=self.strategy)
 
     def place(self, nodes: Iterable[NodeState], now: float, *, held: Held | None = None,
-              exclude: Collection[str] = ()) -> Placement:
-        """The best eligible rung whose whole gang fits now (a fresh first observation)."""
+              exclude: Collection[str] = (), deny: Collection[str] = ()) -> Placement:
+        """The best eligible rung whose whole gang fits now (a fresh first observation);
+        ``deny``: rungs it may not take now whatever fits (a team's rungs not granted)."""
         capacity = self.capacity(nodes, held=held, exclude=exclude)
-        free = {name: c.obtainable for name, c in capacity.items()}
+        free = {name: c.obtainable and name not in deny for name, c in capacity.items()}
         rung = self.selector.best_obtainable(free)
         if rung is not None:
             self.selector.reset()
@@ -104,14 +105,15 @@ class GangPlanner:
         return Placement(rung, capacity)
 
     def observe(self, nodes: Iterable[NodeState], now: float, *, placed: str,
-                held: Held | None = None) -> str | None:
+                held: Held | None = None, deny: Collection[str] = ()) -> str | None:
         """One observation while ``placed``'s group runs: the rung to climb to, if any.
 
         The running group's own rung counts obtainable (a node loss is a failure, handled
-        by :meth:`place` after Ray Train restarts the group).
+        by :meth:`place` after Ray Train restarts the group); ``deny``: rungs it may not
+        climb to whatever fits (a team's rungs not granted).
         """
         capacity = self.capacity(nodes, held=held)
-        free = {name: c.obtainable for name, c in capacity.items()}
+        free = {name: c.obtainable and name not in deny for name, c in capacity.items()}
         free[placed] = True
         rung = self.selector.observe(free, now).rung
         if rung is not None and self.index(rung) < self.index(placed):

@@ -21,6 +21,7 @@ from ray_ladder.train.channel import Channel
 from ray_ladder.train.gang import gang_size, worker_demand
 from ray_ladder.train.history import LadderSummary, TrainSpan, close_last, with_nodes
 from ray_ladder.train.planner import GangPlanner
+from ray_ladder.train.team import TeamRun
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ class PolicySpec:
             it is dead sooner (it can look alive for seconds after its workers are gone).
         preemption_grace_s: The run's ``FailureConfig.preemption_grace_s`` (Ray Train
             waits that long past a drain's deadline; ending the wait early must too).
+        team: The fleet team the run belongs to (the operator's binding; docs/teams.md).
     """
 
     ladder: Ladder
@@ -59,6 +61,7 @@ class PolicySpec:
     max_wait_s: float | None = 300.0
     suspect_s: float = 30.0
     preemption_grace_s: float = 0.0
+    team: str | None = None
 
 
 class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
@@ -113,6 +116,8 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         self.summary = LadderSummary(spec.ladder.name, self.planner.top)
         self._why_next = "first placement"
         self._cause_next: TransitionCause = "first"  # the cause that goes with _why_next
+        self.team = TeamRun.of(spec.team, spec.run_name or spec.run_id, self.planner,
+                               self.channel)
 
     # --- what Ray Train's controller asks --------------------------------------------------
 
@@ -125,7 +130,7 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         now = self._clock()
         self.suspects = {n: t for n, t in self.suspects.items() if t > now}
         placement = self.planner.place(self._nodes(), now, held=self.held,
-                                       exclude=set(self.suspects))
+                                       exclude=set(self.suspects), deny=self._denied(None))
         if placement.rung is None:
             return self._wait(placement.capacity, now)
         free = ", ".join(placement.free()) or "none"
@@ -140,12 +145,16 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         self._note_group(placements)
         if self.placed is None:
             return ray_train.train_decision()
+        reclaim = self._reclaim(self.team, self.placed) if self.team is not None else None
+        if reclaim is not None:
+            return reclaim
         parked = self.channel.parked() if lifecycle.awaits_park(self.state) else None
         climb = lifecycle.climb_due(self.state, parked)
         if climb is not None:
             target = climb.to
             capacity = self.planner.capacity(self._nodes(), held=self.held)[target]
-            step = lifecycle.at_climb(climb, obtainable=capacity.obtainable)
+            step = lifecycle.at_climb(climb, obtainable=capacity.obtainable
+                                      and target not in self._denied(self.placed))
             self.state = step.state
             if step.kind == "move":
                 self._move(target, f"climb at checkpoint; {target} obtainable for "
@@ -158,7 +167,8 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         now = self._clock()
         if not lifecycle.probe_due(self.state, now, self.spec.ladder.policy.probe_interval_s):
             return ray_train.train_decision()
-        better = self.planner.observe(self._nodes(), now, placed=self.placed, held=self.held)
+        better = self.planner.observe(self._nodes(), now, placed=self.placed, held=self.held,
+                                      deny=self._denied(self.placed))
         step = lifecycle.on_probe(self.state, now, better)
         self.state = step.state
         if step.kind == "cancel":
@@ -214,8 +224,9 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         elif name == "RESCHEDULING":
             self._why_next = f"{self.placed} could not be scheduled"
             self._cause_next = "other"
-        elif name == "RESIZING":
-            close_last(spans, wall, f"climbed to {self.placed}")
+        elif name == "RESIZING":  # a climb, or a move off a team's reclaimed units
+            close_last(spans, wall, lifecycle.resized(spans[-1].rung if spans else None,
+                                                      str(self.placed), self.planner.eligible))
         elif name == "SHUTTING_DOWN":
             close_last(spans, wall, "completed" if following == "FINISHED" else "failed")
         elif name in ("ERRORED", "ABORTED", "FINISHED"):
@@ -237,6 +248,20 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         self._note_group(placements)
 
     # --- internals -------------------------------------------------------------------------
+
+    def _denied(self, placed: str | None) -> frozenset[str]:
+        """The team's shared rungs the run may not take now (it reports its demand)."""
+        return self.team.denied(placed) if self.team is not None else frozenset()
+
+    def _reclaim(self, team: TeamRun, placed: str) -> Any | None:
+        """A reclaim notice on the team's units moves the group at its next checkpoint."""
+        step = team.step(self.state, placed, self._safe_nodes(), self.held, self._clock())
+        if step.kind == "move":
+            reason = lifecycle.reclaim_reason(team.team, self.state, self._wall())
+            self._move(step.rung, f"{placed} {reason}", "preemption_notice")
+            return self._resize(step.rung)
+        self.state = step.state
+        return ray_train.train_decision() if isinstance(self.state, lifecycle.Noticed) else None
 
     def _preempting(self, state: Any, *, entered: bool) -> None:
         """Ray Train waits out a preemption notice (it calls no scaling decision then): on

@@ -16,6 +16,7 @@ from ray_ladder.cluster import ray_private_train
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.exceptions import LadderExhaustedError
 from ray_ladder.core.spec import Ladder, Rung, as_ladder
+from ray_ladder.core.teamwork import check_team
 from ray_ladder.train.channel import Channel
 from ray_ladder.train.gang import STRATEGIES, gang_size, worker_demand
 from ray_ladder.train.history import LadderSummary
@@ -94,6 +95,11 @@ class LadderTrainer(DataParallelTrainer):  # type: ignore[misc]
             ``LadderExhaustedError`` (``None``: wait for capacity as long as it takes).
         suspect_s: How long the node of workers that died is left out of placements.
         park_timeout_s: How long workers wait at a checkpoint for a move.
+        team: The fleet team the run belongs to (the operator's binding; the training
+            loop's config cannot change it): its gangs on shared rungs follow the team's
+            grants (a rung named like a fleet shared rung takes one unit per worker), a
+            reclaim notice moves it at its next checkpoint before the units go, and it
+            reports its demand to the fleet arbiter (docs/teams.md).
         **kwargs: ``backend_config``, ``datasets``, ``dataset_config``,
             ``validation_config``: Ray's, unchanged.
 
@@ -119,6 +125,7 @@ class LadderTrainer(DataParallelTrainer):  # type: ignore[misc]
         max_wait_s: float | None = 300.0,
         suspect_s: float = 30.0,
         park_timeout_s: float = 120.0,
+        team: str | None = None,
         **kwargs: Any,
     ) -> None:
         if "scaling_config" in kwargs:
@@ -128,6 +135,7 @@ class LadderTrainer(DataParallelTrainer):  # type: ignore[misc]
             raise ValueError(f"unknown placement_strategy {placement_strategy!r}; "
                              f"valid: {STRATEGIES}")
         self.ladder = as_ladder(ladder)
+        self.team = check_team(team)
         if isinstance(constraints, Mapping):
             constraints = Constraints(**dict(constraints))
         self.constraints = constraints
@@ -166,7 +174,8 @@ class LadderTrainer(DataParallelTrainer):  # type: ignore[misc]
             self.ladder, self.constraints, run_id, run_name=str(self.run_config.name or ""),
             strategy=self._strategy, max_wait_s=self._max_wait_s, suspect_s=self._suspect_s,
             preemption_grace_s=float(getattr(self.run_config.failure_config,
-                                             "preemption_grace_s", 0.0) or 0.0)))
+                                             "preemption_grace_s", 0.0) or 0.0),
+            team=self.team))
         channel = Channel(run_id)
         user_fn = self.train_loop_per_worker
         self.train_loop_per_worker = wrap(user_fn, worker_spec)

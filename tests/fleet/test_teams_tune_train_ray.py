@@ -1,0 +1,188 @@
+"""A Tune run and a Train run bound to team b on one LocalCluster behind the fleet arbiter:
+b borrows team a's idle h100, a's demand arrives, and b's work moves to a100 at its next
+checkpoint, before the reclaim notice's deadline, losing no step past that checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import pytest
+import ray
+from ray import cloudpickle as ray_cloudpickle
+
+from ray_ladder import Ladder
+from ray_ladder.cluster import grants, ray_private
+from ray_ladder.core.fleet import Fleet
+from ray_ladder.fleet import start_arbiter
+from ray_ladder.testing import wait_until
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
+
+LADDER = Ladder.from_yaml("""
+name: shared-train
+policy: {probe_interval_s: 0.25}
+rungs:
+  - {name: h100, resources: {ladder/h100: 1}, train: {workers: 1}}
+  - {name: a100, resources: {ladder/a100: 1}, train: {workers: 1}}
+""")
+GRACE_S = 6.0
+FLEET = Fleet.from_yaml(f"""
+fleet: tune-train-it
+control_period_s: 0.2
+rungs: {{h100: {{resources: {{ladder/h100: 1}}}}}}
+teams:
+  - {{name: a, quota: {{h100: 2}}, cohort: onprem}}
+  - {{name: b, cohort: onprem, reclaim_grace_s: {GRACE_S}}}
+""")
+SLOW = 60
+EVERY = 20  # a checkpoint every 20 steps of 0.1 s, or at once on a notice
+
+for _pickler in (cloudpickle, ray_cloudpickle):
+    _pickler.register_pickle_by_value(sys.modules[__name__])
+
+
+def _log(path: str, run: str, step: int, rung: str, resumed_from: int) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps({"run": run, "step": step, "rung": rung, "time": time.time(),
+                            "resumed_from": resumed_from}) + "\n")
+
+
+def tune_fn(config: dict) -> None:
+    """Steps of 0.1 s; a checkpoint every EVERY steps or when should_checkpoint() says."""
+    from ray import tune
+
+    from ray_ladder.tune import current_rung, should_checkpoint
+
+    run, step = uuid.uuid4().hex, 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d:
+            step = json.loads(Path(d, "state.json").read_text())["step"]
+    resumed_from, rung = step, current_rung().name
+    while True:
+        time.sleep(0.1)
+        step += 1
+        _log(config["log"], run, step, rung, resumed_from)
+        if step % EVERY == 0 or should_checkpoint():
+            with tempfile.TemporaryDirectory() as d:
+                Path(d, "state.json").write_text(json.dumps({"step": step}))
+                tune.report({"step": step}, checkpoint=tune.Checkpoint.from_directory(d))
+        else:
+            tune.report({"step": step})
+
+
+def _read(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def entry(team: str) -> dict:
+    raw = ray_private.kv_get(grants.GRANTS_PREFIX + team, namespace=grants.KV_NAMESPACE)
+    return json.loads(raw) if raw else {}
+
+
+def h100(team: str) -> dict:
+    return entry(team).get("rungs", {}).get("h100", {})
+
+
+def runs(entries: list[dict]) -> list[list[dict]]:
+    """The log cut into the runs of the training function (one per actor or group)."""
+    out: list[list[dict]] = []
+    for e in entries:
+        if not out or out[-1][0]["run"] != e["run"]:
+            out.append([])
+        out[-1].append(e)
+    return out
+
+
+def assert_no_step_lost(entries: list[dict]) -> None:
+    """Each run resumes from the step the one before it ended at (a move at a checkpoint),
+    and counts on from it without a gap."""
+    cut = runs(entries)
+    for before, after in zip(cut, cut[1:], strict=False):
+        assert after[0]["resumed_from"] == before[-1]["step"], (before[-1], after[0])
+    for run in cut:
+        assert [e["step"] for e in run] == list(range(run[0]["resumed_from"] + 1,
+                                                     run[0]["resumed_from"] + 1 + len(run)))
+
+
+@pytest.fixture(scope="module")
+def cluster(local_cluster: Any) -> Any:
+    local_cluster(ladder=LADDER, initial={"h100": 2, "a100": 1})
+    handle = start_arbiter(FLEET)
+    wait_until(lambda: entry("a") and entry("b"), SLOW, 0.1, "grants published")
+    yield handle
+    ray.kill(handle, no_restart=True)
+
+
+def _reclaim_from_b(log: Path) -> tuple[float, float]:
+    """b's work runs on h100; a's demand arrives: the notice's time and deadline."""
+    wait_until(lambda: sum(e["rung"] == "h100" for e in _read(log)) >= 5, 120, 0.1,
+               "b's work runs on a's idle h100")
+    assert h100("b").get("held", 0) >= 1
+    grants.report_demand("a", "app-a", {"h100": 2})
+    noticed_at = time.time()
+    wait_until(lambda: h100("b").get("noticed", 0) >= 1, SLOW, 0.05, "a notice to b")
+    deadline = h100("b")["deadline"]
+    assert deadline is not None and deadline <= noticed_at + GRACE_S + 1
+    return noticed_at, deadline
+
+
+def _after_move(log: Path, noticed_at: float, deadline: float) -> list[dict]:
+    first = wait_until(lambda: next((e for e in _read(log) if e["rung"] == "a100"
+                                     and e["time"] > noticed_at), None),
+                       SLOW, 0.05, "b's work resumed on a100")
+    assert first["time"] < deadline, (first["time"] - deadline)  # moved before the units go
+    wait_until(lambda: h100("a").get("held") == 2 and h100("b").get("held", 0) == 0,
+               SLOW, 0.1, "a holds its quota")
+    wait_until(lambda: sum(e["rung"] == "a100" for e in _read(log)) >= 10, SLOW, 0.1,
+               "b trains on a100")
+    entries = _read(log)
+    last_top = max(e["step"] for e in entries if e["rung"] == "h100")
+    print(f"notice -> first a100 step {first['time'] - noticed_at:.2f} s "
+          f"({deadline - first['time']:.2f} s before the deadline); last h100 step "
+          f"{last_top}, resumed from {first['resumed_from']}")
+    assert first["resumed_from"] == last_top  # 0 steps past the last checkpoint lost
+    assert not [e for e in entries if e["rung"] == "h100" and e["time"] > first["time"]]
+    assert_no_step_lost(entries)
+    return entries
+
+
+def test_a_tune_trial_of_b_moves_off_a_reclaimed_unit_at_its_checkpoint(
+        cluster: Any, tmp_path: Path) -> None:
+    from ray import tune
+
+    from ray_ladder.tune import Tuner, rung_history, with_ladder
+
+    log, flag = tmp_path / "steps.jsonl", tmp_path / "stop"
+    stop = str(flag)
+    tuner = Tuner(with_ladder(tune_fn, LADDER, team="b"), param_space={"log": str(log)},
+                  run_config=tune.RunConfig(
+                      storage_path=str(tmp_path / "results"), verbose=0,
+                      stop=lambda trial_id, result: os.path.exists(stop),
+                      failure_config=tune.FailureConfig(max_failures=3)))
+    out: dict = {}
+    fit = threading.Thread(target=lambda: out.update(grid=tuner.fit()), daemon=True)
+    fit.start()
+    try:
+        noticed_at, deadline = _reclaim_from_b(log)
+        _after_move(log, noticed_at, deadline)
+    finally:
+        flag.touch()
+        fit.join(120)
+        grants.report_demand("a", "app-a", {})
+    assert not fit.is_alive()
+    result = out["grid"][0]
+    assert result.error is None
+    spans = rung_history(result)
+    assert [s.rung for s in spans][-2:] == ["h100", "a100"]
