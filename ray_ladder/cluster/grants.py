@@ -9,8 +9,14 @@ ladder, as it does without a fleet.
 Entry of a team (``fleet/grants/<team>``)::
 
     {"fleet": "platform", "team": "research", "time": 1733000000.0, "budget": "ok",
-     "shared": ["h100", "a100"],
-     "rungs": {"h100": {"held": 2, "noticed": 1, "deadline": 1733000030.0}}}
+     "shared": ["h100"], "cloud": ["a100-cloud"],
+     "rungs": {"h100": {"held": 2, "noticed": 1, "deadline": 1733000030.0,
+                        "entitled": 1, "wanted": 3}}}
+
+``rungs`` has the on-prem shared rungs (``shared``) only: a cloud rung takes no quota and
+is granted no unit, so a team's view never denies it; the autoscaler hook buys it for the
+team only while ``entitled`` (units the team holds or gets within a grace, for its
+``wanted`` units) is 0 on every on-prem shared rung of its ladder (docs/teams.md).
 """
 
 from __future__ import annotations
@@ -34,24 +40,30 @@ ABSENT_RECHECK_S = 5.0
 GrantSource = Callable[[str], "Mapping[str, Any] | None"]
 
 
-def team_entry(fleet: str, team: str, out: Round, shared: list[str],
-               now: float) -> dict[str, Any]:
-    """The entry the arbiter publishes for ``team`` after round ``out``.
+def team_entry(fleet: str, team: str, out: Round, shared: list[str], now: float,
+               cloud: Iterable[str] = (),
+               demand: Mapping[str, Mapping[str, int]] | None = None) -> dict[str, Any]:
+    """The entry the arbiter publishes for ``team`` after round ``out`` (``shared``: the
+    on-prem shared rungs, ``cloud``: the cloud ones, ``demand``: the round's demand).
 
     Example:
         >>> from ray_ladder.core.arbiter import Holdings, Round
         >>> state = Holdings(held={"a": {"h100": 2}})
-        >>> team_entry("f", "a", Round(state, {}, {"a": "ok"}), ["h100"], 5.0)["rungs"]
-        {'h100': {'held': 2, 'noticed': 0, 'deadline': None}}
+        >>> team_entry("f", "a", Round(state, {"a": {"h100": 2}}, {"a": "ok"}), ["h100"],
+        ...            5.0, demand={"a": {"h100": 3}})["rungs"]
+        {'h100': {'held': 2, 'noticed': 0, 'deadline': None, 'entitled': 2, 'wanted': 3}}
     """
     rungs: dict[str, Any] = {}
+    wanted = (demand or {}).get(team, {})
     for rung in shared:
         notices = [r for r in out.state.reclaims if r.borrower == team and r.rung == rung]
         rungs[rung] = {"held": out.state.units(team, rung),
                        "noticed": sum(r.units for r in notices),
-                       "deadline": min((r.deadline for r in notices), default=None)}
+                       "deadline": min((r.deadline for r in notices), default=None),
+                       "entitled": out.entitled.get(team, {}).get(rung, 0),
+                       "wanted": int(wanted.get(rung, 0))}
     return {"fleet": fleet, "team": team, "time": now, "budget": out.budget.get(team, "ok"),
-            "shared": list(shared), "rungs": rungs}
+            "shared": list(shared), "cloud": list(cloud), "rungs": rungs}
 
 
 def team_limits(entry: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, float | None]]:

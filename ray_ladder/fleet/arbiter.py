@@ -79,9 +79,11 @@ class FleetArbiter:
         self.round_s = time.perf_counter() - started
         ray_private.kv_put(grants.STATE_KEY, grants.holdings_to_json(out.state),
                            namespace=grants.KV_NAMESPACE)
-        shared = list(self.fleet.rungs)
+        shared = self.fleet.onprem_rungs
+        cloud = [name for name in self.fleet.rungs if name not in shared]
         for team in self.fleet.teams:
-            entry = grants.team_entry(self.fleet.fleet, team.name, out, shared, now)
+            entry = grants.team_entry(self.fleet.fleet, team.name, out, shared, now,
+                                      cloud=cloud, demand=demand)
             ray_private.kv_put(grants.GRANTS_PREFIX + team.name, json.dumps(entry),
                                namespace=grants.KV_NAMESPACE)
         self._events(out, now)
