@@ -132,18 +132,21 @@ def write_summary(data: dict[str, Any], path: Path) -> Path:
 
 def table(rows: dict[str, dict[str, Any]]) -> Any:
     """The per-team rich table."""
+    from rich import box
     from rich.table import Table
 
-    t = Table(title="teams sharing 2 h100 units (a's quota: 2, b's: 0)", title_justify="left")
-    for col in ("team", "quota", "held (end)", "borrowed (max)", "lent (max)",
-                "h100 unit-s", "requests per rung", "tasks per rung", "failed / lost"):
-        t.add_column(col)
+    t = Table(title="h100 units per team (held: at the end; borrowed, lent: most at once);\n"
+                    "answers and task calls per rung", title_justify="left",
+              box=box.SIMPLE_HEAVY, pad_edge=False, padding=(0, 1), collapse_padding=True)
+    for col in ("team", "quota", "held", "borrowed", "lent", "unit-s", "answers",
+                "tasks", "failed", "lost"):
+        t.add_column(col, no_wrap=True, min_width=len(col))
     for team, r in rows.items():
         t.add_row(team, str(r["quota"]), str(r["held_end"]), str(r["borrowed_max"]),
                   str(r["lent_max"]), str(r["h100_unit_s"]), _mix(r["requests"]),
-                  _mix(r["tasks"]), f"{r['failed_requests']} / {r['tasks_lost']}")
+                  _mix(r["tasks"]), str(r["failed_requests"]), str(r["tasks_lost"]))
     return t
 
 
 def _mix(counts: dict[str, int]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "-"
+    return "\n".join(f"{k} {v}" for k, v in sorted(counts.items())) or "-"

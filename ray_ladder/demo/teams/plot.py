@@ -90,7 +90,7 @@ def plot_teams(res: Result, path: Path, title: str = "ray-ladder demo: teams") -
         for m in res.marks:
             ax.axvline(m.t, color="#555555", linestyle="--", linewidth=0.8)
     for i, m in enumerate(res.marks):
-        top.annotate(m.label, xy=(m.t, H100_UNITS - 0.5 + 0.25 * (i % 3)), fontsize=7,
+        top.annotate(m.label, xy=(m.t, H100_UNITS - 0.55 + 0.22 * (i % 4)), fontsize=7,
                      xytext=(2, 0), textcoords="offset points", va="bottom", rotation=0)
-    top.set_ylim(-0.5, H100_UNITS + 0.4)
+    top.set_ylim(-0.5, H100_UNITS + 0.5)
     return save_figure(fig, path)

@@ -26,20 +26,22 @@ from ray_ladder.demo.teams.scenario import (
     team_work,
 )
 
-#: The moves the story waits for after a's load arrives: label -> what shows it.
-Check = Callable[[Result, float], bool]
+#: A move the story waits for after a's arrival: ``(run, since) -> when it showed``
+#: (the first record or sample that shows it; None: not yet).
+Check = Callable[[Result, float], "float | None"]
 
 
 def _served(team: str, rung: str, kind: str) -> Check:
-    def check(res: Result, since: float) -> bool:
+    def check(res: Result, since: float) -> float | None:
         recs: list[Any] = res.requests if kind == "requests" else res.tasks
-        return any(r.team == team and r.rung == rung and r.t >= since
-                   and getattr(r, "status", 200) == 200 for r in recs)
+        return min((r.t for r in recs if r.team == team and r.rung == rung and r.t >= since
+                    and getattr(r, "status", 200) == 200), default=None)
     return check
 
 
-def _noticed(res: Result, since: float) -> bool:
-    return any(s.teams.get("b", {}).get("noticed", 0) > 0 for s in res.samples)
+def _noticed(res: Result, since: float) -> float | None:
+    return min((s.t for s in res.samples if s.teams.get("b", {}).get("noticed", 0) > 0),
+               default=None)
 
 
 def moves(fleet: bool) -> dict[str, Check]:
@@ -128,8 +130,8 @@ def run_scenario(url: str, *, fleet: bool, opts: Options = Options(),
 def _play(url: str, res: Result, clock: Callable[[], float], arbiter: Any,
           bound: dict[str, str | None], opts: Options, on_mark: Callable[[Mark], None],
           loops: list[Any]) -> Result:
-    def mark(label: str) -> None:
-        res.marks.append(Mark(round(clock(), 3), label))
+    def mark(label: str, at: float | None = None) -> None:
+        res.marks.append(Mark(round(clock() if at is None else at, 3), label))
         on_mark(res.marks[-1])
 
     if arbiter is not None:
@@ -162,7 +164,7 @@ def _play(url: str, res: Result, clock: Callable[[], float], arbiter: Any,
 
 
 def _await_moves(res: Result, loads: list[Load], feeders: list[Feeder],
-                 checks: dict[str, Check], mark: Callable[[str], None],
+                 checks: dict[str, Check], mark: Callable[[str, float | None], None],
                  clock: Callable[[], float], opts: Options) -> None:
     """Mark each move when it shows; stop at the horizon (plain Ray may never move)."""
     pending = dict(checks)
@@ -170,12 +172,13 @@ def _await_moves(res: Result, loads: list[Load], feeders: list[Feeder],
         res.requests = [r for load in loads for r in list(load.records)]
         res.tasks = [c for f in feeders for c in list(f.done)]
         for label, check in list(pending.items()):
-            if check(res, res.arrived_at):
-                mark(label)
+            at = check(res, res.arrived_at)
+            if at is not None:
+                mark(label, at)
                 del pending[label]
         time.sleep(0.1)
     if pending:
-        mark(f"horizon: {', '.join(pending)} not seen")
+        mark(f"horizon: {', '.join(pending)} not seen", None)
 
 
 def _clean_up(arbiter: Any) -> None:
