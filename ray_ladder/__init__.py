@@ -8,6 +8,7 @@ from ray_ladder.core.context import RungContext
 from ray_ladder.core.events import TransitionEvent
 from ray_ladder.core.exceptions import (
     Attempt,
+    BudgetExhaustedError,
     ConfigError,
     ConstraintNotAllowedError,
     InvalidConstraintsError,
@@ -30,6 +31,7 @@ _LAZY = {
 
 __all__ = [
     "Attempt",
+    "BudgetExhaustedError",
     "CacheSettings",
     "CapacityView",
     "ConfigError",

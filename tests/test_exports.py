@@ -11,6 +11,7 @@ import ray_ladder
 
 EXPORTED = [
     "Attempt",
+    "BudgetExhaustedError",
     "CacheSettings",
     "CapacityView",
     "ConfigError",

@@ -9,7 +9,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ray_ladder.cluster.grants import GrantReader, GrantSource, team_limits
+from ray_ladder.cluster.grants import (
+    BUDGET_HELD,
+    BudgetHold,
+    GrantReader,
+    GrantSource,
+    budget_hold,
+    budget_rungs,
+    team_limits,
+)
 from ray_ladder.core.capacity_type import WINDOW_CLOSED_REASON, gate
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.placement import (
@@ -64,6 +72,11 @@ class CapacitySnapshot:
             rung whose remaining capacity is all on draining nodes (a preemption notice).
         granted: For a team's view, shared rung -> units the fleet arbiter grants the
             team and does not reclaim (the most work it may run there at once).
+        budget: For a team's view, its spent budget (``None`` while it is ``ok``):
+            ``demote`` already took the dearer rungs out of ``obtainable``; ``queue`` and
+            ``reject`` are acted on by the consumer (docs/teams.md, "Budgets").
+        held_kind: Rung name -> why it is held, as data: ``budget`` (a spent team
+            budget demotes it); other holds are not classified yet.
     """
 
     time: float
@@ -72,6 +85,8 @@ class CapacitySnapshot:
     held: Mapping[str, str] = field(default_factory=dict)
     going_away: Mapping[str, float | None] = field(default_factory=dict)
     granted: Mapping[str, int] = field(default_factory=dict)
+    budget: BudgetHold | None = None
+    held_kind: Mapping[str, str] = field(default_factory=dict)
 
     def why(self, rung: str) -> str:
         """A short reason for ``rung``'s state: the hold, else ``absent``/``busy``/``free``."""
@@ -211,7 +226,10 @@ class CapacityView:
                                 if obtainable[n] and not gated[n]}
         obtainable = gated
         going = {n: c.deadline for n, c in rungs.items() if c.going_away}
-        granted = self._team_limits(obtainable, held, going)
+        entry = self._grant_source(self.team) \
+            if self.team is not None and self._grant_source is not None else None
+        granted = self._team_limits(entry, obtainable, held, going)
+        hold, kinds = self._budget_limits(entry, obtainable, held)
         wall = self._wall_clock()
         held.update({n: going_away_reason(d, wall) for n, d in going.items()
                      if n not in held})
@@ -219,18 +237,16 @@ class CapacityView:
             roles = self._hook_source(self.ladder.name)
             if roles is not None:
                 held.update(self._hold_released(roles, obtainable))
-        snap = CapacitySnapshot(self._clock(), rungs, obtainable, held, going, granted)
+        snap = CapacitySnapshot(self._clock(), rungs, obtainable, held, going, granted,
+                                hold, kinds)
         self._snapshot = snap
         return snap
 
-    def _team_limits(self, obtainable: dict[str, bool], held: dict[str, str],
-                     going: dict[str, float | None]) -> dict[str, int]:
+    def _team_limits(self, entry: Mapping[str, Any] | None, obtainable: dict[str, bool],
+                     held: dict[str, str], going: dict[str, float | None]) -> dict[str, int]:
         """Apply the team's grants (in place): denied rungs, reclaimed ones going away.
         Returns the units granted and not reclaimed per shared rung."""
-        if self.team is None or self._grant_source is None:
-            return {}
-        entry = self._grant_source(self.team)
-        if entry is None:  # no arbiter ever ran for this team: no fleet limits
+        if entry is None:  # no team, or no arbiter ever ran for it: no fleet limits
             return {}
         denied, reclaimed = team_limits(entry)
         wall = self._wall_clock()
@@ -247,6 +263,27 @@ class CapacityView:
                 held[name] = f"reclaim notice: team {self.team}'s {name} units go back, {due}"
         return {rung: max(0, int(g.get("held", 0)) - int(g.get("noticed", 0)))
                 for rung, g in (entry.get("rungs") or {}).items()}
+
+    def _budget_limits(self, entry: Mapping[str, Any] | None, obtainable: dict[str, bool],
+                       held: dict[str, str]) -> tuple[BudgetHold | None, dict[str, str]]:
+        """A spent ``demote`` budget (in place): the rungs dearer than the cheapest one
+        obtainable after the grants are held (``grants.budget_rungs``, the one rule)."""
+        hold = budget_hold(entry)
+        if hold is None or hold.action != "demote":
+            return hold, {}
+        costs = {r.name: r.cost_per_hour for r in self.ladder.rungs}
+        why = hold.reason(self._wall_clock())
+        kinds: dict[str, str] = {}
+        for name in budget_rungs(hold.action, costs, self._eligible, obtainable):
+            obtainable[name] = False
+            held[name] = why
+            kinds[name] = BUDGET_HELD
+        return hold, kinds
+
+    @property
+    def last(self) -> CapacitySnapshot | None:
+        """The last snapshot, never refreshed here (for a request path)."""
+        return self._snapshot
 
     def _hold_released(self, roles: Mapping[str, Any],
                        obtainable: dict[str, bool]) -> dict[str, str]:

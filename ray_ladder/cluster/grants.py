@@ -6,10 +6,15 @@ parts report their demand under their own keys. Readers never call the arbiter: 
 it is down, every part keeps the grants it last read and new work waits on its own
 ladder, as it does without a fleet.
 
+``budget`` is ``ok`` or the team's ``on_exhausted`` (``demote``, ``queue``, ``reject``);
+``budget_until`` is when a spent window ends (``null`` while ``ok``; an entry written
+before it existed reads as "no end known"). :func:`budget_hold` reads both and
+:func:`budget_rungs` says which rungs of a ladder the spent budget takes.
+
 Entry of a team (``fleet/grants/<team>``)::
 
     {"fleet": "platform", "team": "research", "time": 1733000000.0, "budget": "ok",
-     "shared": ["h100"], "cloud": ["a100-cloud"],
+     "budget_until": null, "shared": ["h100"], "cloud": ["a100-cloud"],
      "rungs": {"h100": {"held": 2, "noticed": 1, "deadline": 1733000030.0,
                         "entitled": 1, "wanted": 3}}}
 
@@ -23,7 +28,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ray_ladder.core.arbiter import BudgetState, Holdings, Round
@@ -63,7 +69,8 @@ def team_entry(fleet: str, team: str, out: Round, shared: list[str], now: float,
                        "entitled": out.entitled.get(team, {}).get(rung, 0),
                        "wanted": int(wanted.get(rung, 0))}
     return {"fleet": fleet, "team": team, "time": now, "budget": out.budget.get(team, "ok"),
-            "shared": list(shared), "cloud": list(cloud), "rungs": rungs}
+            "budget_until": out.budget_until.get(team), "shared": list(shared),
+            "cloud": list(cloud), "rungs": rungs}
 
 
 def team_limits(entry: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, float | None]]:
@@ -94,6 +101,83 @@ def team_limits(entry: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, flo
 def budget_state(entry: Mapping[str, Any] | None) -> BudgetState:
     """``ok`` or the team's ``on_exhausted`` action (``ok`` without an entry)."""
     return str((entry or {}).get("budget", "ok"))
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetHold:
+    """A team's spent budget, as its ladders act on it.
+
+    Attributes:
+        team: The team.
+        action: Its ``on_exhausted``: ``demote``, ``queue`` or ``reject``.
+        until: When the spent window ends (wall clock; ``None``: not known, an entry
+            from an older arbiter).
+    """
+
+    team: str
+    action: BudgetState
+    until: float | None
+
+    def retry_after_s(self, now: float, default: float) -> float:
+        """Seconds to the window's end (``default`` when it is not known)."""
+        return default if self.until is None else max(0.0, self.until - now)
+
+    def reason(self, wall: float) -> str:
+        """The sentence for people (the data is :data:`BUDGET_HELD`, the action, until)."""
+        end = "" if self.until is None else f" for {max(0.0, self.until - wall):.0f} s more"
+        return f"team {self.team}'s budget is spent ({self.action}){end}"
+
+
+#: The held kind of a rung the team's spent budget takes (``CapacitySnapshot.held_kind``).
+BUDGET_HELD = "budget"
+
+
+def budget_hold(entry: Mapping[str, Any] | None) -> BudgetHold | None:
+    """The team's spent budget from its entry, or ``None`` while it is ``ok``.
+
+    Example:
+        >>> budget_hold({"team": "b", "budget": "reject", "budget_until": 90.0})
+        BudgetHold(team='b', action='reject', until=90.0)
+        >>> budget_hold({"team": "b", "budget": "ok"}) is None
+        True
+    """
+    action = budget_state(entry)
+    if entry is None or action == "ok":
+        return None
+    until = entry.get("budget_until")
+    return BudgetHold(str(entry.get("team")), action,
+                      None if until is None else float(until))
+
+
+def budget_rungs(action: BudgetState, costs: Mapping[str, float], eligible: Sequence[str],
+                 obtainable: Mapping[str, bool]) -> list[str]:
+    """The rungs of ``eligible`` (compute rungs, best first) that a spent budget takes now.
+
+    ``costs`` is each rung's ``cost_per_hour`` (the ladder's). ``demote``: every
+    obtainable rung dearer than the cheapest obtainable one (the *floor*), so the work
+    falls to the cheapest rungs it may use now and no further: constraints already
+    chose ``eligible``, the budget never widens them, and a rung of cost 0 is never
+    taken. ``queue`` and ``reject``: every priced rung (cost > 0), where the work
+    waits or is refused instead of falling. ``ok``: none.
+
+    Example:
+        >>> costs = {"h100": 12.0, "a100": 4.0, "cpu": 0.5}
+        >>> budget_rungs("demote", costs, ["h100", "a100", "cpu"],
+        ...              {"h100": True, "a100": True, "cpu": True})
+        ['h100', 'a100']
+        >>> budget_rungs("demote", costs, ["h100", "a100", "cpu"],
+        ...              {"h100": True, "a100": True, "cpu": False})
+        ['h100']
+        >>> budget_rungs("queue", costs, ["h100", "cpu"], {"h100": True, "cpu": True})
+        ['h100', 'cpu']
+    """
+    if action == "ok":
+        return []
+    if action != "demote":
+        return [n for n in eligible if costs.get(n, 0.0) > 0]
+    live = [n for n in eligible if obtainable.get(n)]
+    floor = min((costs.get(n, 0.0) for n in live), default=0.0)
+    return [n for n in live if costs.get(n, 0.0) > floor]
 
 
 class GrantReader:

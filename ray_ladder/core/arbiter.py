@@ -96,6 +96,8 @@ class Round:
         budget: Team -> ``ok`` or its ``on_exhausted`` action.
         notices: Reclaim notices sent this round.
         transferred: Reclaims whose deadline passed this round (the units moved).
+        budget_until: Team -> when its spent budget window ends (wall clock), for each
+            team whose ``budget`` is not ``ok`` (readers answer ``Retry-After`` from it).
     """
 
     state: Holdings
@@ -103,6 +105,7 @@ class Round:
     budget: dict[str, BudgetState]
     notices: tuple[Reclaim, ...] = ()
     transferred: tuple[Reclaim, ...] = ()
+    budget_until: dict[str, float] = field(default_factory=dict)
 
 
 def _cap(limit: int | None) -> float:
@@ -190,7 +193,7 @@ def _lend(entitled: dict[str, int], teams: list[Team], extra: dict[str, float],
 def decide(fleet: Fleet, state: Holdings, capacity: Mapping[str, int], demand: Demand,
            now: float) -> Round:
     """One arbiter round (the module doc's rules 1-4) over the on-prem shared rungs."""
-    budget = _budgets(fleet, state, now)
+    budget, until = _budgets(fleet, state, now)
     demand = _after_budget(fleet, demand, budget)
     held = {t.name: dict(state.held.get(t.name, {})) for t in fleet.teams}
     reclaims: list[Reclaim] = []
@@ -211,7 +214,7 @@ def decide(fleet: Fleet, state: Holdings, capacity: Mapping[str, int], demand: D
     spent = _spend(fleet, state, held, now)
     new = Holdings(held={t: {r: n for r, n in h.items() if n} for t, h in held.items()},
                    reclaims=tuple(reclaims), spent=spent[0], window_start=spent[1], at=now)
-    return Round(new, entitled, budget, tuple(notices), tuple(transferred))
+    return Round(new, entitled, budget, tuple(notices), tuple(transferred), until)
 
 
 def _rung(fleet: Fleet, rung: str, held: dict[str, dict[str, int]],
@@ -290,15 +293,20 @@ def _notices(teams: Mapping[str, Team], rung: str, owed_to: str, owed: int,
     return out
 
 
-def _budgets(fleet: Fleet, state: Holdings, now: float) -> dict[str, BudgetState]:
+def _budgets(fleet: Fleet, state: Holdings,
+             now: float) -> tuple[dict[str, BudgetState], dict[str, float]]:
+    """Each team's budget state, and when the window of each spent one ends."""
     out: dict[str, BudgetState] = {}
+    until: dict[str, float] = {}
     for team in fleet.teams:
         b = team.budget
         start = state.window_start.get(team.name, now)
         fresh = b is None or now - start >= b.window_s
         spent = 0.0 if fresh else state.spent.get(team.name, 0.0)
         out[team.name] = "ok" if b is None or spent < b.max_cost else b.on_exhausted
-    return out
+        if b is not None and out[team.name] != "ok":
+            until[team.name] = start + b.window_s
+    return out, until
 
 
 def _after_budget(fleet: Fleet, demand: Demand, budget: Mapping[str, BudgetState]) -> Demand:

@@ -9,7 +9,9 @@ Hierarchy::
     │   └── ConstraintNotAllowedError    a request asks for more than the operator's bound
     │                                    constraints allow (HTTP 403)
     ├── LadderExhaustedError             every eligible rung was tried or unobtainable;
-    │                                    carries every attempt, like a failover history
+    │   │                                carries every attempt, like a failover history
+    │   └── BudgetExhaustedError         the fleet team's budget is spent and it rejects
+    │                                    (HTTP 429): carries the team and the window end
     └── RungUnavailableError             raised BY a rung class: this rung cannot answer
                                          now (its backend is down); the ladder falls
 """
@@ -26,11 +28,13 @@ from typing import Literal
 #: an error (its class in ``Attempt.error``), ``shed`` the shed rung answered,
 #: ``cache_miss`` the cache rung had no fresh answer, ``not_used`` the rung was skipped
 #: (constraints, no text generation), ``no_rung`` nothing eligible was obtainable,
-#: ``other`` anything else.
+#: ``budget`` the fleet team's spent budget kept the work off a priced rung (queue,
+#: reject), ``other`` anything else.
 AttemptCause = Literal["timeout", "rung_down", "unobtainable", "busy", "failed", "shed",
-                       "cache_miss", "not_used", "no_rung", "other"]
+                       "cache_miss", "not_used", "no_rung", "budget", "other"]
 ATTEMPT_CAUSES: tuple[str, ...] = ("timeout", "rung_down", "unobtainable", "busy", "failed",
-                                   "shed", "cache_miss", "not_used", "no_rung", "other")
+                                   "shed", "cache_miss", "not_used", "no_rung", "budget",
+                                   "other")
 
 
 class LadderError(Exception):
@@ -166,6 +170,37 @@ class LadderExhaustedError(LadderError):
 
     def __reduce__(self):  # keep it picklable across Ray workers
         return (self.__class__, (self.ladder, self.attempts, self.retry_after_s))
+
+
+@dataclass(eq=False)
+class BudgetExhaustedError(LadderExhaustedError):
+    """The fleet team's budget window is spent and its ``on_exhausted`` is ``reject``.
+
+    A subclass of :class:`LadderExhaustedError` on purpose: for the caller it is the
+    same "no rung for this work now, come back after ``retry_after_s``" (code that
+    handles exhaustion keeps working), with the team and when its window ends. HTTP
+    answers 429 (not 503) with ``Retry-After``.
+
+    Attributes:
+        team: The fleet team whose budget is spent.
+        until: When its budget window ends (wall clock; ``None``: not known).
+
+    Example:
+        >>> err = BudgetExhaustedError("llm", [], 120.0, team="b", until=1.7e9)
+        >>> isinstance(err, LadderExhaustedError), err.team, err.retry_after_s
+        (True, 'b', 120.0)
+    """
+
+    team: str = ""
+    until: float | None = None
+
+    def __str__(self) -> str:
+        return (f"team {self.team!r}'s budget is spent (reject): ladder {self.ladder!r} "
+                f"takes its work again in {self.retry_after_s:.0f} s")
+
+    def __reduce__(self):
+        return (self.__class__, (self.ladder, self.attempts, self.retry_after_s, self.team,
+                                 self.until))
 
 
 class RungUnavailableError(LadderError):

@@ -10,7 +10,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from ray_ladder.core.constraints import Constraints
-from ray_ladder.core.exceptions import InvalidConstraintsError, LadderExhaustedError
+from ray_ladder.core.exceptions import (
+    BudgetExhaustedError,
+    InvalidConstraintsError,
+    LadderExhaustedError,
+)
 from ray_ladder.core.spec import Ladder
 from ray_ladder.serve.walk import shed_rung
 
@@ -209,9 +213,21 @@ def unavailable_headers(err: LadderExhaustedError, degraded_s: float) -> dict[st
     }
 
 
+def refusal_status(err: LadderExhaustedError) -> int:
+    """The status of a refusal: 429 when the team's spent budget rejects the request
+    (:class:`~ray_ladder.BudgetExhaustedError`), else 503 (shed or exhausted).
+
+    Example:
+        >>> refusal_status(BudgetExhaustedError("gpu", [], 60.0, team="b"))
+        429
+    """
+    return 429 if isinstance(err, BudgetExhaustedError) else 503
+
+
 def unavailable(err: LadderExhaustedError,
                 degraded_s: float) -> tuple[dict[str, Any], dict[str, str]]:
-    """Body and headers of the JSON route's 503: shed rung or exhausted ladder.
+    """Body and headers of the JSON route's 503 (shed rung or exhausted ladder) or 429
+    (a spent budget: the body adds ``team``; ``Retry-After`` is the window's end).
 
     Example:
         >>> from ray_ladder.core.exceptions import Attempt
@@ -228,4 +244,6 @@ def unavailable(err: LadderExhaustedError,
         "retry_after_s": err.retry_after_s,
         "attempts": [a.to_dict() for a in err.attempts],
     }
+    if isinstance(err, BudgetExhaustedError):
+        body["team"] = err.team
     return body, unavailable_headers(err, degraded_s)

@@ -52,7 +52,7 @@ async def handle(router: JsonRouter, request: Any, max_body_bytes: int) -> Any:
         result = await router.answer(payload, constraints)
     except LadderExhaustedError as err:
         body, headers = http.unavailable(err, degraded)
-        return JSONResponse(body, 503, headers=headers)
+        return JSONResponse(body, http.refusal_status(err), headers=headers)
     except ValueError as err:  # the rung class refused the payload
         logger.debug("rung refused the payload", exc_info=True)
         return JSONResponse({"error": f"rejected by the rung: {public_error(err)[1]}"}, 400)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from ray_ladder.cluster.capacity import CapacityView
-from ray_ladder.cluster.grants import report_demand
+from ray_ladder.cluster.grants import BUDGET_HELD, report_demand
 from ray_ladder.core.placement import standby_replicas
 from ray_ladder.serve.calls import RungCaller
 from ray_ladder.serve.demand import wanted_units
@@ -89,7 +89,10 @@ class Prober:
         snapshot = await asyncio.to_thread(self._view.refresh)
         # Held rungs stay hostable here: RouterState leaves them out per selector (a
         # constrained request may have no better rung than the released one).
-        placeable = {r: ok or r in snapshot.held for r, ok in snapshot.obtainable.items()}
+        # A rung a spent budget demotes is not placeable for this app at all (docs/teams.md).
+        demoted = {r for r, kind in snapshot.held_kind.items() if kind == BUDGET_HELD}
+        placeable = {r: ok or (r in snapshot.held and r not in demoted)
+                     for r, ok in snapshot.obtainable.items()}
         now = self._clock()
         running = None
         if self._state.needs_replica_counts(placeable, now):
@@ -99,7 +102,8 @@ class Prober:
         alive = [r for r in self._deployments if self._caller.alive_within(r, interval)]
         self.last_s = time.monotonic() - started
         going = snapshot.going_away  # a preemption notice: read from Ray's node table
-        held = {r: why for r, why in snapshot.held.items() if r not in going}
+        held = {r: why for r, why in snapshot.held.items()
+                if r not in going and r not in demoted}
         decision = self._state.observe(running, placeable, now, alive, held=held,
                                        going_away=going)
         for rung in self._state.lost:

@@ -17,8 +17,9 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from ray_ladder.cluster.grants import BudgetHold, budget_rungs
 from ray_ladder.core.constraints import Constraints
-from ray_ladder.core.exceptions import LadderExhaustedError
+from ray_ladder.core.exceptions import BudgetExhaustedError, LadderExhaustedError
 from ray_ladder.core.spec import Ladder
 from ray_ladder.serve import http
 from ray_ladder.serve.cache import AnswerCache, payload_key
@@ -44,13 +45,18 @@ class Walker:
         spawn: Runs a coroutine in the background (keeping a reference).
         clock: The wall clock (the one time seam of the walk).
         llm_rungs: Compute rungs whose class generates text (only these take streams).
+        budget: Returns the fleet team's spent budget, or ``None`` (``ok``, no team): a
+            request bound for a priced rung waits (``queue``) or is refused with
+            :class:`~ray_ladder.BudgetExhaustedError` (``reject``); ``demote`` is the
+            capacity view's (docs/teams.md, "Budgets").
     """
 
     def __init__(self, state: RouterState, caller: Caller, metrics: LadderMetrics, *,
                  cache: AnswerCache | None, probed: Callable[[], asyncio.Future[None]],
                  spawn: Callable[[Coroutine[Any, Any, Any]], None],
                  clock: Callable[[], float] = time.time,
-                 llm_rungs: frozenset[str] = frozenset()) -> None:
+                 llm_rungs: frozenset[str] = frozenset(),
+                 budget: Callable[[], BudgetHold | None] | None = None) -> None:
         self.ladder: Ladder = state.ladder
         self.llm_rungs = llm_rungs
         self.router_state = state
@@ -59,6 +65,8 @@ class Walker:
         self._state, self._caller, self._metrics, self._cache = state, caller, metrics, cache
         self._probed = probed
         self._clock = clock
+        self._budget = budget
+        self._costs = {r.name: r.cost_per_hour for r in self.ladder.rungs}
         self._race = Race(caller, is_warm=state.is_warm, failed=self.mark_failed,
                           hedged=metrics.hedged, spawn=spawn, clock=clock)
 
@@ -88,8 +96,32 @@ class Walker:
         return walk, RequestView(self._state, selector)
 
     def next_step(self, walk: Walk, view: RequestView) -> Step:
-        """The walk's next step at the router's clock."""
-        return walk.next_step(view, self._clock())
+        """The walk's next step at the router's clock (a spent ``queue`` budget turns a
+        priced rung's ``Try`` into a ``Wait``; ``reject`` raises).
+
+        Raises:
+            BudgetExhaustedError: the team's budget is spent and it rejects.
+            LadderExhaustedError: a queued request reached its deadline.
+        """
+        now = self._clock()
+        step = walk.next_step(view, now)
+        hold = self._budget() if self._budget is not None else None
+        if hold is None or hold.action == "demote" or not isinstance(step, Try) \
+                or not budget_rungs(hold.action, self._costs, [step.rung], {}):
+            return step
+        walk.tried.discard(step.rung)  # it did not run
+        if hold.action == "queue" and now < walk.give_up_at:
+            wait = Wait(walk.give_up_at if hold.until is None
+                        else max(now, min(walk.give_up_at, hold.until)))
+            walk.record(wait, now)
+            return wait
+        walk.failed(step.rung, hold.reason(now), now, cause="budget")
+        retry = hold.retry_after_s(now, self.ladder.policy.retry_after_s)
+        err = BudgetExhaustedError(self.ladder.name, list(walk.attempts), retry,
+                                   team=hold.team, until=hold.until) \
+            if hold.action == "reject" else walk.refusal(retry)
+        self._metrics.request(http.refused_by(err))
+        raise err
 
     async def wait(self, step: Wait) -> None:
         """Wait for the next probe, at most until ``step.until`` (a rung may be back)."""

@@ -62,8 +62,13 @@ def _error(err: OpenAIError) -> Any:
 
 def exhausted_error(err: LadderExhaustedError, degraded_s: float) -> OpenAIError:
     """503 with ``Retry-After`` (the OpenAI clients retry it after that long); its code
-    and ``X-Ladder-Rung`` say whether the shed rung answered (``http.refused_by``)."""
+    and ``X-Ladder-Rung`` say whether the shed rung answered (``http.refused_by``). A
+    spent team budget that rejects is a 429 ``insufficient_quota`` (OpenAI's type for
+    a spent quota), code ``budget_exhausted``, ``Retry-After`` the window's end."""
     rung = http.refused_by(err)
+    if http.refusal_status(err) == 429:  # the team's spent budget rejects it
+        return OpenAIError(429, f"{err}", type="insufficient_quota", code="budget_exhausted",
+                           headers=http.unavailable_headers(err, degraded_s))
     return OpenAIError(503, f"{err}", type="ladder_exhausted",
                        code="exhausted" if rung == http.EXHAUSTED else "shed",
                        headers=http.unavailable_headers(err, degraded_s))

@@ -11,10 +11,15 @@ from typing import Any
 import ray
 
 from ray_ladder.cluster.capacity import CapacityView
-from ray_ladder.cluster.grants import report_demand
+from ray_ladder.cluster.grants import budget_rungs, report_demand
 from ray_ladder.core.context import RungContext
 from ray_ladder.core.events import Direction, TransitionEvent
-from ray_ladder.core.exceptions import Attempt, AttemptCause, LadderExhaustedError
+from ray_ladder.core.exceptions import (
+    Attempt,
+    AttemptCause,
+    BudgetExhaustedError,
+    LadderExhaustedError,
+)
 from ray_ladder.core.selector import Selector
 from ray_ladder.task.options import TaskSpec, attempt_options, effective_ladder
 from ray_ladder.task.orchestrator.calls import Call
@@ -89,6 +94,10 @@ class TaskState:
         self.congested: dict[str, float] = {}  # rung -> when an attempt timed out pending
         self.large_answers = False  # an answer was large: no batching (see Lane._single)
         self.obtainable: dict[str, bool] = {}
+        #: Calls a spent ``queue`` budget keeps off their priced rung (dispatched again
+        #: once the budget is ``ok``: they neither fall nor fail).
+        self.parked: list[Call] = []
+        self._costs = {r.name: r.cost_per_hour for r in self.ladder.rungs}
         self.ewma: float | None = None
         self.snapshot: Any = None
         self._seen_version = -1
@@ -138,6 +147,7 @@ class TaskState:
         """After a node refresh: observe, then move work off rungs that are gone."""
         self._report_demand()
         self.refresh(force=True)
+        self._unpark()
         for lane in self.lanes.values():
             if self.obtainable.get(lane.rung):
                 lane.pump()
@@ -187,6 +197,8 @@ class TaskState:
         if action.kind == "exhaust" or rung is None:
             self.exhaust(call, action.reason, action.cause)
             return
+        if self._budget_holds(call, rung):
+            return
         if came_from is not None:
             a, b = self.index[came_from], self.index[rung]
             direction: Direction | None = "down" if b > a else "up" if b < a else None
@@ -194,6 +206,32 @@ class TaskState:
                 time.time(), self.ladder.name, came_from, rung, direction, f"call: {reason}",
                 kind="call", cause="other"))  # one call's move; its attempt has the cause
         self.lanes[rung].enqueue(call)
+
+    def _budget_holds(self, call: Call, rung: str) -> bool:
+        """A spent ``queue`` or ``reject`` budget keeps ``call`` off priced ``rung``
+        (``grants.budget_rungs``): parked, or failed with BudgetExhaustedError."""
+        hold = self.snapshot.budget if self.snapshot is not None else None
+        if hold is None or hold.action == "demote" \
+                or not budget_rungs(hold.action, self._costs, [rung], {}):
+            return False
+        if hold.action == "queue":
+            self.parked.append(call)
+            return True
+        now = time.time()
+        call.attempts.append(Attempt(rung, hold.reason(now), now, cause="budget"))
+        self.fail(call, BudgetExhaustedError(
+            self.ladder.name, list(call.attempts),
+            hold.retry_after_s(now, self.ladder.policy.retry_after_s), team=hold.team,
+            until=hold.until))
+        return True
+
+    def _unpark(self) -> None:
+        """Parked calls go on once the budget no longer queues (a new window)."""
+        hold = self.snapshot.budget if self.snapshot is not None else None
+        if self.parked and (hold is None or hold.action != "queue"):
+            parked, self.parked = self.parked, []
+            for call in parked:
+                self.dispatch(call)
 
     def retry(self, call: Call, rung: str, reason: str, *, fall: bool,
               cause: AttemptCause, error: str | None = None) -> None:
