@@ -1,8 +1,9 @@
-"""Teams: the arbiter's round time, its fair share under contention, and the teams
-simulator's comparison (fleet vs first-come-first-served vs Kueue-like). Pure: no Ray.
+"""Teams: the arbiter's round time, its fair share under contention, the teams
+simulator's comparison (fleet vs first-come-first-served vs Kueue-like), and the live
+figures of one run of the demo's teams scenario on a LocalCluster, with the arbiter and
+with plain Ray (``--no-live``: the pure sections alone).
 
-Prints one JSON object on stdout (nothing else there), from one run, in well under
-2 minutes:
+Prints one JSON object on stdout (nothing else there), from one run, in under 2 minutes:
 
 ``arbiter_round_ms``            per node count (1,000 and 10,000 nodes, 100 teams, two
                                 on-prem rungs): p50 and max over rounds of one round,
@@ -20,17 +21,36 @@ Prints one JSON object on stdout (nothing else there), from one run, in well und
                                 the lender's queue wait p50/p99, work lost to reclaim and
                                 cloud node-hours bought while on-prem had free units
 
-Each section is one function of ``SECTIONS``; a section that needs a cluster (the live
-figures of issue 28) is one more function there.
+``reclaim_to_lender_served_s``  live (``ray_ladder/demo/teams/``: team b's Serve app and
+                                ``@ladder_task`` calls borrow team a's two idle h100
+                                units, then a's app and tasks arrive): from a's arrival
+                                to a's first request answered on h100 (a's app deploy,
+                                the notice, b's grace, b's replica going, a's starting);
+                                with the steps (``reclaim_notice_s``,
+                                ``borrower_moved_*_s``, ``lender_tasks_on_h100_s``)
+``borrower_failed_requests``,   b's requests not answered 200 and task calls that
+``borrower_tasks_lost``         returned nothing, over the whole run; goal 0
+``plain_ray_lender_wait_s``     the same scenario with no arbiter and no team binding:
+                                from a's arrival until both a's requests and its tasks
+                                were served on h100; ``plain_ray_lender_wait_at_horizon``
+                                true: not within ``plain_ray_horizon_s`` (then the figure
+                                is the horizon, a lower bound)
+``not_measured``                figures of issue 28 this run does not measure, each with
+                                why (their fields are ``null``)
+
+Each section is one function of ``SECTIONS``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import random
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from ray_ladder.core.arbiter import Holdings, decide, shared_capacity
@@ -163,20 +183,72 @@ def simulator_section(day_s: float = 86400.0, seed: int = 1) -> dict[str, Any]:
                           "replay_s": round(took, 3), "policies": out}}
 
 
+#: Figures of issue 28 that other parts' work measures; null here until they are wired.
+NOT_MEASURED = {
+    "budget_exhausted_to_demoted_s": "the scenario's teams have no budget: budgets acting "
+                                     "on the ladders are not in it yet",
+    "cloud_node_s_while_onprem_free": "the scenario has no cloud rung (the hook's team rule "
+                                      "is tested in tests/fleet/test_teams_cloud_ray.py)",
+    "borrower_steps_lost_past_checkpoint": "the scenario's borrower runs Serve and tasks, no "
+                                           "Tune/Train run (tested in "
+                                           "tests/fleet/test_teams_tune_train_ray.py)"}
+PLAIN_HORIZON_S = 20.0
+
+
+def live_section() -> dict[str, Any]:
+    """The demo's teams scenario on one LocalCluster: with the arbiter, then plain Ray."""
+    from ray import serve
+
+    from ray_ladder.demo.teams.figures import live_figures, plain_figures
+    from ray_ladder.demo.teams.scenario import GRACE_S, Options, teams_cluster
+    from ray_ladder.demo.teams.script import run_scenario
+    from ray_ladder.testing import free_port
+
+    opts = Options()
+    started = time.monotonic()
+    with teams_cluster(log_to_driver=False):
+        for name in ("ray", "ray.serve"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+        port = free_port()
+        serve.start(http_options={"host": "127.0.0.1", "port": port},
+                    proxy_location="HeadOnly",
+                    logging_config={"log_level": "WARNING", "enable_access_log": False})
+        url = f"http://127.0.0.1:{port}"
+        fleet = run_scenario(url, fleet=True, opts=opts)
+        plain = run_scenario(url, fleet=False, opts=replace(opts, horizon_s=PLAIN_HORIZON_S))
+        serve.shutdown()
+    out: dict[str, Any] = {**live_figures(fleet), **plain_figures(plain)}
+    served = max(v for v in (out["reclaim_to_lender_served_s"], out["lender_tasks_on_h100_s"],
+                             float("inf")) if v is not None)
+    out["lender_wait_ratio_vs_plain_ray"] = (
+        round(served / out["plain_ray_lender_wait_s"], 3)
+        if served != float("inf") and out["plain_ray_lender_wait_s"] else None)
+    out.update(dict.fromkeys(NOT_MEASURED))
+    out["not_measured"] = [{"field": k, "why": v} for k, v in NOT_MEASURED.items()]
+    out["live_setting"] = {"h100_units": 2, "grace_s": GRACE_S, "rate_hz": opts.rate_hz,
+                           "borrowed_s": opts.borrowed_s, "task_s": 0.5,
+                           "wall_s": round(time.monotonic() - started, 1)}
+    return out
+
+
 SECTIONS: tuple[Callable[[], dict[str, Any]], ...] = (
-    arbiter_section, fair_share_section, simulator_section)
+    arbiter_section, fair_share_section, simulator_section, live_section)
 
 
-def main() -> dict[str, Any]:
+def main(live: bool = True) -> dict[str, Any]:
     from _machine import MachineProbe
 
     probe = MachineProbe()
     result: dict[str, Any] = {}
     for section in SECTIONS:
-        result.update(section())
+        if live or section is not live_section:
+            result.update(section())
     result["machine"] = probe.report()
     return result
 
 
 if __name__ == "__main__":
-    print(json.dumps(main()), flush=True)
+    from _json_out import json_stdout
+
+    out = json_stdout()
+    print(json.dumps(main(live="--no-live" not in sys.argv[1:])), file=out, flush=True)
