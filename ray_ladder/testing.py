@@ -190,6 +190,7 @@ class LocalCluster:
 
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         head = self.head_type
+        port = self._pin_address()
         self._cluster = Cluster(
             initialize_head=True,
             connect=False,
@@ -206,6 +207,7 @@ class LocalCluster:
                     "dashboard_agent_listen_port": free_port()}
                    if self.include_dashboard else {}),
                 "_system_config": self.system_config,
+                "gcs_server_port": port,
             },
         )
         node = self._cluster.head_node
@@ -236,9 +238,30 @@ class LocalCluster:
             ray.shutdown()
         self._cluster.shutdown()
         self._cluster = None
+        self._unpin_address()
         for handle in self._nodes:
             handle.alive = False
         self._nodes.clear()
+
+    def _pin_address(self) -> int:
+        """Choose the head's GCS port and set ``RAY_ADDRESS`` to it before any process
+        starts: every process of the cluster inherits it, so Ray code that looks for "the"
+        cluster (``address="auto"``: Train's placement-group cleaner, job drivers, the CLI)
+        finds this one even when another Ray cluster runs on the machine. Restored at
+        shutdown."""
+        from ray._private.services import get_node_ip_address
+
+        port = free_port()
+        self._previous_address = os.environ.get("RAY_ADDRESS")
+        os.environ["RAY_ADDRESS"] = f"{get_node_ip_address()}:{port}"
+        return port
+
+    def _unpin_address(self) -> None:
+        previous = getattr(self, "_previous_address", None)
+        if previous is None:
+            os.environ.pop("RAY_ADDRESS", None)
+        else:
+            os.environ["RAY_ADDRESS"] = previous
 
     def __enter__(self) -> LocalCluster:
         return self.start()

@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
+import time
+from typing import Any
 
 import pytest
 import ray
@@ -92,33 +95,61 @@ def test_a_sigkill_of_the_arbiter_loses_no_grant(arbiter) -> None:
     grants.report_demand("a", "app-a", {})
 
 
-def test_a_borrowing_task_moves_off_reclaimed_units_and_loses_no_call(arbiter) -> None:
-    import time as _time
+class Feeder:
+    """Keeps ``depth`` calls of a task outstanding from a thread (a team's steady work: its
+    queued calls are its demand), recording each call's ref and when it was sent."""
 
+    def __init__(self, task: Any, depth: int = 8) -> None:
+        self.task, self.depth = task, depth
+        self.sent: list[tuple[float, Any]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._feed, daemon=True)
+        self.thread.start()
+
+    def _feed(self) -> None:
+        pending: list[Any] = []
+        while not self.stop.is_set():
+            while len(pending) < self.depth:
+                ref = self.task.remote(len(self.sent))
+                self.sent.append((time.time(), ref))
+                pending.append(ref)
+            _, pending = ray.wait(pending, num_returns=1, timeout=1.0)
+
+    def end(self) -> list[tuple[float, Any]]:
+        self.stop.set()
+        self.thread.join(timeout=SLOW)
+        return self.sent
+
+
+def test_a_borrowing_task_moves_off_reclaimed_units_and_loses_no_call(arbiter) -> None:
     from ray_ladder import ladder_task
 
     @ladder_task(LADDER, team="b", max_attempts=6)
     def work(i: int, *, rung) -> str:
-        _time.sleep(0.3)
+        time.sleep(0.3)
         return rung.name
 
-    # b's calls are its demand: it borrows a's idle units while it has work.
-    load = [work.remote(i) for i in range(60)]
-    wait_until(lambda: held("b")[0] >= 1, SLOW, 0.1, "b borrows a's idle h100 units")
-    wait_until(lambda: ray.get(work.remote(-1), timeout=SLOW) == "h100", SLOW, 0.1,
-               "b's calls run on the borrowed units")
-    grants.report_demand("a", "app-a", {"h100": 2})  # a's own work arrives
-    notice = wait_until(lambda: entry("b")["rungs"]["h100"]["deadline"], SLOW, 0.05,
-                        "b gets a notice")
-    # b's ladder moves to a100 on the notice, before the deadline (moving frees the units
-    # early: its demand for them drops).
-    wait_until(lambda: ray.get(work.remote(-2), timeout=SLOW) == "a100", SLOW, 0.05,
-               "b's new calls go to a100")
-    assert _time.time() < notice, "b moved on the notice, not at the deadline"
-    during = [work.remote(i) for i in range(10)]  # sent while the notice runs
-    rungs = ray.get(load + during, timeout=3 * SLOW)
-    assert len(rungs) == 70  # no call lost
-    assert set(rungs[60:]) == {"a100"}  # nothing new lands on units being reclaimed
+    # b's queued calls are its demand: it borrows a's idle units while it has work.
+    feeder = Feeder(work)
+    try:
+        wait_until(lambda: held("b")[0] >= 1, SLOW, 0.1, "b borrows a's idle h100 units")
+        wait_until(lambda: ray.get(feeder.sent[-1][1], timeout=SLOW) == "h100", SLOW, 0.1,
+                   "b's calls run on the borrowed units")
+        grants.report_demand("a", "app-a", {"h100": 2})  # a's own work arrives
+        deadline = wait_until(lambda: entry("b")["rungs"]["h100"]["deadline"], SLOW, 0.05,
+                              "b gets a notice")
+        wait_until(lambda: feeder.sent[-1][0] > deadline + 1.0, SLOW, 0.05,
+                   "b keeps sending calls past the notice's deadline")
+    finally:
+        sent = feeder.end()
+    rungs = ray.get([ref for _, ref in sent], timeout=3 * SLOW)
+    assert len(rungs) == len(sent)  # no call lost
+    # b's ladder moved to a100 on the notice, before the deadline (moving frees the units
+    # early: its demand for them drops): its last call placed on h100 was sent before the
+    # deadline, and calls sent before the deadline already ran on a100.
+    placed = list(zip((at for at, _ in sent), rungs, strict=True))
+    assert max(at for at, rung in placed if rung == "h100") < deadline
+    assert any(rung == "a100" and at < deadline for at, rung in placed), placed
     wait_until(lambda: held("a") == (2, 0) and held("b") == (0, 0), SLOW, 0.1,
                "a holds its quota after the grace")
     grants.report_demand("a", "app-a", {})

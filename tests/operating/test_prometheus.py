@@ -267,6 +267,9 @@ def run(local_cluster, tmp_path_factory) -> Iterator[dict[str, Any]]:
         fall = time.time()
         wait_until(lambda: router()["current"] == "a100"
                    and router()["metrics"]["alerts"] >= 1, SLOW, 0.2, "fell; alert fired")
+        # The task falls too: a call runs on a100 before a100 goes (its traffic, scraped).
+        wait_until(lambda: ray.get(batch.remote(0), timeout=SLOW) == "a100", SLOW, 0.2,
+                   "the task's calls run on a100")
         cluster.remove_node(cluster.nodes("a100")[0])
         wait_until(lambda: router()["current"] == "cache"
                    and router()["metrics"]["requests"].get("shed", 0) >= 20
