@@ -80,6 +80,28 @@ def tune_fn(config: dict) -> None:
             tune.report({"step": step})
 
 
+def train_fn(config: dict) -> None:
+    """The same steps in a Ray Train worker, a checkpoint every EVERY steps."""
+    import ray.train
+
+    import ray_ladder.train as lt
+
+    run, step = uuid.uuid4().hex, 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d:
+            step = json.loads(Path(d, "state.json").read_text())["step"]
+    resumed_from, rung = step, lt.current_rung().name
+    while not os.path.exists(config["stop"]):
+        time.sleep(0.1)
+        step += 1
+        _log(config["log"], run, step, rung, resumed_from)
+        if step % EVERY == 0:
+            with tempfile.TemporaryDirectory() as d:
+                Path(d, "state.json").write_text(json.dumps({"step": step}))
+                lt.report({"step": step}, checkpoint=ray.train.Checkpoint.from_directory(d))
+
+
 def _read(path: Path) -> list[dict]:
     if not path.exists():
         return []
@@ -142,15 +164,18 @@ def _after_move(log: Path, noticed_at: float, deadline: float) -> list[dict]:
     first = wait_until(lambda: next((e for e in _read(log) if e["rung"] == "a100"
                                      and e["time"] > noticed_at), None),
                        SLOW, 0.05, "b's work resumed on a100")
-    assert first["time"] < deadline, (first["time"] - deadline)  # moved before the units go
+    last_on_unit = max(e["time"] for e in _read(log) if e["rung"] == "h100")
+    assert last_on_unit < deadline, (last_on_unit - deadline)  # off the unit before it goes
     wait_until(lambda: h100("a").get("held") == 2 and h100("b").get("held", 0) == 0,
                SLOW, 0.1, "a holds its quota")
-    wait_until(lambda: sum(e["rung"] == "a100" for e in _read(log)) >= 10, SLOW, 0.1,
-               "b trains on a100")
+    # past a checkpoint there: the results that carry the ladder's history are those
+    wait_until(lambda: sum(e["rung"] == "a100" and e["time"] > first["time"]
+                           for e in _read(log)) >= EVERY + 2, SLOW, 0.1, "b trains on a100")
     entries = _read(log)
     last_top = max(e["step"] for e in entries if e["rung"] == "h100")
-    print(f"notice -> first a100 step {first['time'] - noticed_at:.2f} s "
-          f"({deadline - first['time']:.2f} s before the deadline); last h100 step "
+    print(f"notice -> last h100 step {last_on_unit - noticed_at:.2f} s, first a100 step "
+          f"{first['time'] - noticed_at:.2f} s (deadline {deadline - noticed_at:.2f} s); "
+          f"last h100 step "
           f"{last_top}, resumed from {first['resumed_from']}")
     assert first["resumed_from"] == last_top  # 0 steps past the last checkpoint lost
     assert not [e for e in entries if e["rung"] == "h100" and e["time"] > first["time"]]
@@ -185,4 +210,36 @@ def test_a_tune_trial_of_b_moves_off_a_reclaimed_unit_at_its_checkpoint(
     result = out["grid"][0]
     assert result.error is None
     spans = rung_history(result)
-    assert [s.rung for s in spans][-2:] == ["h100", "a100"]
+    assert [s.rung for s in spans][-2:] == ["h100", "a100"], (spans, [
+        (r[0]["rung"], r[0]["step"], r[-1]["step"]) for r in runs(_read(log))])
+
+
+def test_a_train_run_of_b_moves_off_a_reclaimed_unit_at_its_checkpoint(
+        cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ray.train.v2.api.config import FailureConfig, RunConfig
+
+    from ray_ladder.train import LadderTrainer
+
+    monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")  # the controller's poll
+    log, flag = tmp_path / "steps.jsonl", tmp_path / "stop"
+    trainer = LadderTrainer(
+        train_fn, ladder=LADDER, team="b",
+        train_loop_config={"log": str(log), "stop": str(flag)},
+        run_config=RunConfig(name=f"team-{tmp_path.name}", storage_path=str(tmp_path / "r"),
+                             failure_config=FailureConfig(max_failures=1)))
+    out: dict = {}
+    fit = threading.Thread(target=lambda: out.update(result=trainer.fit()), daemon=True)
+    fit.start()
+    try:
+        noticed_at, deadline = _reclaim_from_b(log)
+        _after_move(log, noticed_at, deadline)
+    finally:
+        flag.touch()
+        fit.join(120)
+        grants.report_demand("a", "app-a", {})
+    assert not fit.is_alive()
+    result = out["result"]
+    assert result.error is None
+    assert result.ladder.path[-2:] == ["h100", "a100"]
+    event = result.ladder.events[-1]
+    assert event["cause"] == "preemption_notice" and "reclaim notice" in event["reason"]
