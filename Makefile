@@ -38,9 +38,12 @@ test-tools:
 	fi
 
 # pytest exits 5 when it collects no test: that is a failure of the suite, say so.
+# Two workers, one test module each at a time (--dist loadfile: a module's tests share its
+# cluster): the Ray tests mostly wait on clusters, so two of them fit on two cores.
+TEST_WORKERS ?= 2
 test: $(VENV)/.test-installed test-tools
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest; rc=$$?; \
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 lint: $(VENV)/.test-installed

@@ -15,7 +15,7 @@ import pytest
 from ray_ladder import Ladder
 from ray_ladder.testing import free_port, wait_until
 
-pytestmark = [pytest.mark.ray, pytest.mark.timeout(600),
+pytestmark = [pytest.mark.ray, pytest.mark.long, pytest.mark.timeout(600),
               pytest.mark.filterwarnings("ignore:The `metrics_interval_s`:DeprecationWarning")]
 
 LADDER = Ladder.from_yaml("""

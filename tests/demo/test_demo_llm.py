@@ -400,6 +400,7 @@ def test_verdict_needs_no_broken_stream_a_fall_and_a_climb():
 
 
 @pytest.mark.ray
+@pytest.mark.long
 @pytest.mark.timeout(480)
 def test_the_llm_story_end_to_end(tmp_path):
     """A shortened story: 8 clients, 48 tokens each, kill at +5 s, back at +12 s."""

@@ -38,7 +38,7 @@ from ray_ladder.testing import LocalCluster, free_port, wait_until
 
 PROMETHEUS = shutil.which("prometheus")
 pytestmark = [
-    pytest.mark.ray, pytest.mark.timeout(600),
+    pytest.mark.ray, pytest.mark.long, pytest.mark.timeout(600),
     pytest.mark.skipif(PROMETHEUS is None, reason="Prometheus is not installed (Debian "
                        "package `prometheus`: `make test` installs it when run as root, "
                        "else `apt-get install -y prometheus`)"),

@@ -24,7 +24,7 @@ from ray_ladder.task import call_info
 from ray_ladder.testing import free_port, wait_until
 from tests.preemption._notice import Load, RayStartNode, p99, start_log
 
-pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.ray, pytest.mark.long, pytest.mark.timeout(240)]
 
 DEADLINE_S = 8.0  # the cloud's grace period in these tests (GCP gives about 30 s)
 LADDER = Ladder.from_yaml("""

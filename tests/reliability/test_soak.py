@@ -8,7 +8,7 @@ import json
 import pytest
 from soak import HEAD, NODE_TYPES, goals, soak  # bench/ (conftest.py puts it on the path)
 
-pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.ray, pytest.mark.long, pytest.mark.timeout(600)]
 
 
 def test_sixty_second_soak_loses_nothing(local_cluster):

@@ -15,7 +15,7 @@ from ray_ladder import InvalidConstraintsError, Ladder, LadderExhaustedError
 from ray_ladder.serve import LadderResult, build_app
 from ray_ladder.testing import LocalCluster, free_port, wait_until
 
-pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.ray, pytest.mark.long, pytest.mark.timeout(600)]
 
 LADDER = Ladder.from_yaml("""
 name: serve-it

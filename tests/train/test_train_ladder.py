@@ -19,7 +19,7 @@ from ray_ladder import Ladder, LadderExhaustedError
 from ray_ladder.cluster.capacity import ray_node_states
 from ray_ladder.testing import wait_until
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.long]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_ladder.py"
 
