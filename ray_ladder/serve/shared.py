@@ -125,13 +125,14 @@ class SharedApp:
     teams: dict[str, tuple[str, Any]] = field(default_factory=dict)
 
     def run(self, route_prefix: str = "/") -> Any:
-        """Deploy the teams' apps (not on HTTP), then the front at ``route_prefix``;
-        returns the front's handle."""
+        """Deploy the teams' apps (not on HTTP) and the front at ``route_prefix`` in one
+        go (``serve.run_many``: they start side by side); returns the front's handle."""
         from ray import serve
 
-        for app_name, app in self.teams.values():
-            serve.run(app, name=app_name, route_prefix=None)
-        return serve.run(self.front, name=self.name, route_prefix=route_prefix)
+        targets = [serve.RunTarget(app, name=app_name, route_prefix=None)
+                   for app_name, app in self.teams.values()]
+        targets.append(serve.RunTarget(self.front, name=self.name, route_prefix=route_prefix))
+        return serve.run_many(targets)[-1]
 
 
 def build_shared_app(ladder: Any, rungs: Mapping[str, Any], *,
