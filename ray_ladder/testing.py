@@ -249,7 +249,7 @@ class LocalCluster:
         cluster (``address="auto"``: Train's placement-group cleaner, job drivers, the CLI)
         finds this one even when another Ray cluster runs on the machine. Restored at
         shutdown."""
-        from ray._private.services import get_node_ip_address
+        from ray.util import get_node_ip_address
 
         port = free_port()
         self._previous_address = os.environ.get("RAY_ADDRESS")
