@@ -39,6 +39,7 @@ PURE_MODULES = (
     "ray_ladder.cluster.ray_private",
     "ray_ladder.cluster.roles",
     "ray_ladder.serve.cache",
+    "ray_ladder.serve.keys",
     "ray_ladder.serve.http",
     "ray_ladder.serve.result",
     "ray_ladder.serve.llm.ngram",
