@@ -30,7 +30,7 @@ MAY_IMPORT = {
     "autoscale": {"core", "cluster", "testing", "_lazy"},
     "simulate": {"core", "ray_ladder", "_lazy"},
     "cli": {"core", "node", "cluster", "autoscale", "simulate", "fleet", "_lazy"},
-    "demo": {"core", "cluster", "serve", "task", "fleet", "testing", "ladders", "_lazy"},
+    "demo": {"core", "cluster", "serve", "task", "tune", "fleet", "testing", "ladders", "_lazy"},
 }
 MAX_LINES = 400
 #: Code lines (no docstring, blank or comment-only line) a function may have.

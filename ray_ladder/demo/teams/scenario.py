@@ -85,12 +85,14 @@ def team_work(i: int, *, rung: Any) -> str:
 
 @dataclass(frozen=True)
 class Request:
-    """One HTTP request of a team's load: sent at ``t``, its status and answering rung."""
+    """One HTTP request of a team's load: sent at ``t``, its status and answering rung,
+    answered at ``answered`` (the same clock; None: not recorded)."""
 
     team: str
     t: float
     status: int
     rung: str | None
+    answered: float | None = None
 
 
 @dataclass(frozen=True)
@@ -191,7 +193,7 @@ class Load(_Loop):
         try:
             r = self._client.post(self.url, json={"team": self.team})
             self.records.append(Request(self.team, sent, r.status_code,
-                                        r.headers.get("x-ladder-rung")))
+                                        r.headers.get("x-ladder-rung"), self.clock()))
         except Exception as err:  # a transport error is a failed request
             self.records.append(Request(self.team, sent, -1, type(err).__name__))
 
