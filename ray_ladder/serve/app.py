@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.context import RungContext
 from ray_ladder.core.placement import standby_replicas
-from ray_ladder.core.spec import SLUG_PATTERN, Ladder, as_ladder
+from ray_ladder.core.spec import Ladder, as_ladder
+from ray_ladder.core.teamwork import check_team
 from ray_ladder.serve.bindings import Bindings
 from ray_ladder.serve.deployed import bind_rung, serve_target
 from ray_ladder.serve.llm.openai_server import is_openai_server
@@ -222,8 +222,7 @@ def build_app(
         raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
     if assign_timeout_s <= 0:
         raise ValueError(f"assign_timeout_s must be > 0, got {assign_timeout_s}")
-    if team is not None and not re.fullmatch(SLUG_PATTERN, team):
-        raise ValueError(f"team must be a fleet team's name, got {team!r}")
+    check_team(team)
     bindings = Bindings(ladder, _constraints(constraints),
                         {p: c for p, c in ((p, _constraints(v)) for p, v in
                                            (routes or {}).items()) if c is not None})

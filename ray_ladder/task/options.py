@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.exceptions import ConstraintNotAllowedError
-from ray_ladder.core.spec import SLUG_PATTERN, Ladder, Rung
+from ray_ladder.core.spec import Ladder, Rung
+from ray_ladder.core.teamwork import check_team
 
 PATHS = ("orchestrated", "native")
 
@@ -49,15 +49,6 @@ def _check_pending_timeout(value: Any) -> float | None:
     return float(value)
 
 
-def _check_team(value: Any) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not re.fullmatch(SLUG_PATTERN, value):
-        raise ValueError(f"team must be a fleet team's name (lowercase letters, digits, "
-                         f"'.', '_', '-'), got {value!r}")
-    return value
-
-
 def _check_path(value: Any) -> str:
     if value not in PATHS:
         raise ValueError(f"path must be one of {list(PATHS)}, got {value!r}")
@@ -71,7 +62,7 @@ LADDER_OPTIONS: dict[str, tuple[Callable[[Any], Any], Any]] = {
     "max_attempts": (_check_max_attempts, None),
     "path": (_check_path, "orchestrated"),
     "pending_timeout_s": (_check_pending_timeout, None),
-    "team": (_check_team, None),
+    "team": (check_team, None),
 }
 
 #: Ray task options passed through to every attempt (Ray validates their values).
