@@ -194,7 +194,7 @@ def decide(fleet: Fleet, state: Holdings, capacity: Mapping[str, int], demand: D
            now: float) -> Round:
     """One arbiter round (the module doc's rules 1-4) over the on-prem shared rungs."""
     budget, until = _budgets(fleet, state, now)
-    demand = _after_budget(fleet, demand, budget)
+    demand = _after_budget(fleet, _within_bounds(fleet, demand), budget)
     held = {t.name: dict(state.held.get(t.name, {})) for t in fleet.teams}
     reclaims: list[Reclaim] = []
     transferred: list[Reclaim] = []
@@ -307,6 +307,16 @@ def _budgets(fleet: Fleet, state: Holdings,
         if b is not None and out[team.name] != "ok":
             until[team.name] = start + b.window_s
     return out, until
+
+
+def _within_bounds(fleet: Fleet, demand: Demand) -> Demand:
+    """A team wants no unit of a rung its bound constraints exclude (an EU-bound team
+    is never granted a non-EU unit, borrowed or its own quota's)."""
+    teams = {t.name: t for t in fleet.teams}
+    return {team: {r: n for r, n in wants.items()
+                   if team not in teams or r not in fleet.rungs
+                   or teams[team].may_use(fleet.rungs[r])}
+            for team, wants in demand.items()}
 
 
 def _after_budget(fleet: Fleet, demand: Demand, budget: Mapping[str, BudgetState]) -> Demand:

@@ -105,6 +105,23 @@ class Team(BaseModel):
             return None
         return table.get(rung, 0) if which == "borrowing" else table.get(rung)
 
+    def may_use(self, rung: SharedRung) -> bool:
+        """Whether the team's bound constraints allow a unit of ``rung`` (its
+        ``jurisdiction`` and ``max_cost_per_hour``; a rung with no jurisdiction is not in
+        the team's). The arbiter grants no unit a team may not use, borrowed or not.
+
+        Example:
+            >>> eu = Team(name="r", constraints=Constraints(jurisdiction="eu"))
+            >>> eu.may_use(SharedRung(resources={"ladder/h100": 1}, jurisdiction="us"))
+            False
+        """
+        c = self.constraints
+        if c is None:
+            return True
+        if c.jurisdiction is not None and rung.jurisdiction != c.jurisdiction:
+            return False
+        return c.max_cost_per_hour is None or rung.cost_per_hour <= c.max_cost_per_hour
+
 
 class Fleet(BaseModel):
     """The fleet file: shared rungs and the teams that share them."""

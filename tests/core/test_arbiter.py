@@ -197,3 +197,18 @@ def test_water_fill_gives_a_tied_last_unit_to_the_heavier_team() -> None:
         "a": 0, "b": 2, "c": 0}
     assert water_fill({"a": 20, "b": 20, "c": 20}, {"a": 2.0, "b": 0.5, "c": 2.0}, 3) == {
         "a": 2, "b": 0, "c": 1}
+
+
+def test_a_team_bound_to_the_eu_is_never_granted_a_non_eu_unit_by_borrowing() -> None:
+    f = Fleet.from_dict({"fleet": "f", "rungs": {
+        "h100-us": {"resources": {"ladder/h100-us": 1}, "jurisdiction": "us"},
+        "h100-eu": {"resources": {"ladder/h100-eu": 1}, "jurisdiction": "eu"}},
+        "teams": [{"name": "a", "quota": {"h100-us": 2, "h100-eu": 2}, "cohort": "c"},
+                  {"name": "eu", "cohort": "c", "constraints": {"jurisdiction": "eu"}}]})
+    state = Holdings()
+    for now in range(3):  # a's idle quota on both rungs; eu wants 4 of each
+        out = decide(f, state, {"h100-us": 2, "h100-eu": 2},
+                     {"eu": {"h100-us": 4, "h100-eu": 4}}, float(now))
+        state = out.state
+    assert state.units("eu", "h100-us") == 0 and out.entitled["eu"]["h100-us"] == 0
+    assert state.units("eu", "h100-eu") == 2  # the EU rung it may use, borrowed
