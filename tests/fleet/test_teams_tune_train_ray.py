@@ -22,6 +22,14 @@ from ray import cloudpickle as ray_cloudpickle
 from ray_ladder import Ladder
 from ray_ladder.cluster import grants, ray_private
 from ray_ladder.core.fleet import Fleet
+from ray_ladder.demo.teams.checkpoint import (
+    EVERY,
+    log_step,
+    read_steps,
+    runs,
+    steps_lost,
+    tune_fn,
+)
 from ray_ladder.fleet import start_arbiter
 from ray_ladder.testing import wait_until
 
@@ -44,40 +52,9 @@ teams:
   - {{name: b, cohort: onprem, reclaim_grace_s: {GRACE_S}}}
 """)
 SLOW = 60
-EVERY = 20  # a checkpoint every 20 steps of 0.1 s, or at once on a notice
 
 for _pickler in (cloudpickle, ray_cloudpickle):
     _pickler.register_pickle_by_value(sys.modules[__name__])
-
-
-def _log(path: str, run: str, step: int, rung: str, resumed_from: int) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps({"run": run, "step": step, "rung": rung, "time": time.time(),
-                            "resumed_from": resumed_from}) + "\n")
-
-
-def tune_fn(config: dict) -> None:
-    """Steps of 0.1 s; a checkpoint every EVERY steps or when should_checkpoint() says."""
-    from ray import tune
-
-    from ray_ladder.tune import current_rung, should_checkpoint
-
-    run, step = uuid.uuid4().hex, 0
-    checkpoint = tune.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as d:
-            step = json.loads(Path(d, "state.json").read_text())["step"]
-    resumed_from, rung = step, current_rung().name
-    while True:
-        time.sleep(0.1)
-        step += 1
-        _log(config["log"], run, step, rung, resumed_from)
-        if step % EVERY == 0 or should_checkpoint():
-            with tempfile.TemporaryDirectory() as d:
-                Path(d, "state.json").write_text(json.dumps({"step": step}))
-                tune.report({"step": step}, checkpoint=tune.Checkpoint.from_directory(d))
-        else:
-            tune.report({"step": step})
 
 
 def train_fn(config: dict) -> None:
@@ -95,17 +72,11 @@ def train_fn(config: dict) -> None:
     while not os.path.exists(config["stop"]):
         time.sleep(0.1)
         step += 1
-        _log(config["log"], run, step, rung, resumed_from)
+        log_step(config["log"], run, step, rung, resumed_from)
         if step % EVERY == 0:
             with tempfile.TemporaryDirectory() as d:
                 Path(d, "state.json").write_text(json.dumps({"step": step}))
                 lt.report({"step": step}, checkpoint=ray.train.Checkpoint.from_directory(d))
-
-
-def _read(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
 
 
 def entry(team: str) -> dict:
@@ -115,16 +86,6 @@ def entry(team: str) -> dict:
 
 def h100(team: str) -> dict:
     return entry(team).get("rungs", {}).get("h100", {})
-
-
-def runs(entries: list[dict]) -> list[list[dict]]:
-    """The log cut into the runs of the training function (one per actor or group)."""
-    out: list[list[dict]] = []
-    for e in entries:
-        if not out or out[-1][0]["run"] != e["run"]:
-            out.append([])
-        out[-1].append(e)
-    return out
 
 
 def assert_no_step_lost(entries: list[dict]) -> None:
@@ -149,7 +110,7 @@ def cluster(local_cluster: Any) -> Any:
 
 def _reclaim_from_b(log: Path) -> tuple[float, float]:
     """b's work runs on h100; a's demand arrives: the notice's time and deadline."""
-    wait_until(lambda: sum(e["rung"] == "h100" for e in _read(log)) >= 5, 120, 0.1,
+    wait_until(lambda: sum(e["rung"] == "h100" for e in read_steps(log)) >= 5, 120, 0.1,
                "b's work runs on a's idle h100")
     assert h100("b").get("held", 0) >= 1
     grants.report_demand("a", "app-a", {"h100": 2})
@@ -161,17 +122,17 @@ def _reclaim_from_b(log: Path) -> tuple[float, float]:
 
 
 def _after_move(log: Path, noticed_at: float, deadline: float) -> list[dict]:
-    first = wait_until(lambda: next((e for e in _read(log) if e["rung"] == "a100"
+    first = wait_until(lambda: next((e for e in read_steps(log) if e["rung"] == "a100"
                                      and e["time"] > noticed_at), None),
                        SLOW, 0.05, "b's work resumed on a100")
-    last_on_unit = max(e["time"] for e in _read(log) if e["rung"] == "h100")
+    last_on_unit = max(e["time"] for e in read_steps(log) if e["rung"] == "h100")
     assert last_on_unit < deadline, (last_on_unit - deadline)  # off the unit before it goes
     wait_until(lambda: h100("a").get("held") == 2 and h100("b").get("held", 0) == 0,
                SLOW, 0.1, "a holds its quota")
     # past a checkpoint there: the results that carry the ladder's history are those
     wait_until(lambda: sum(e["rung"] == "a100" and e["time"] > first["time"]
-                           for e in _read(log)) >= EVERY + 2, SLOW, 0.1, "b trains on a100")
-    entries = _read(log)
+                           for e in read_steps(log)) >= EVERY + 2, SLOW, 0.1, "b trains on a100")
+    entries = read_steps(log)
     last_top = max(e["step"] for e in entries if e["rung"] == "h100")
     print(f"notice -> last h100 step {last_on_unit - noticed_at:.2f} s, first a100 step "
           f"{first['time'] - noticed_at:.2f} s (deadline {deadline - noticed_at:.2f} s); "
@@ -180,6 +141,7 @@ def _after_move(log: Path, noticed_at: float, deadline: float) -> list[dict]:
     assert first["resumed_from"] == last_top  # 0 steps past the last checkpoint lost
     assert not [e for e in entries if e["rung"] == "h100" and e["time"] > first["time"]]
     assert_no_step_lost(entries)
+    assert steps_lost(entries) == 0  # the bench's borrower_steps_lost_past_checkpoint
     return entries
 
 
@@ -211,7 +173,7 @@ def test_a_tune_trial_of_b_moves_off_a_reclaimed_unit_at_its_checkpoint(
     assert result.error is None
     spans = rung_history(result)
     assert [s.rung for s in spans][-2:] == ["h100", "a100"], (spans, [
-        (r[0]["rung"], r[0]["step"], r[-1]["step"]) for r in runs(_read(log))])
+        (r[0]["rung"], r[0]["step"], r[-1]["step"]) for r in runs(read_steps(log))])
 
 
 def test_a_train_run_of_b_moves_off_a_reclaimed_unit_at_its_checkpoint(
