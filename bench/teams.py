@@ -3,7 +3,8 @@ simulator's comparison (fleet vs first-come-first-served vs Kueue-like), and the
 figures of one run of the demo's teams scenario on a LocalCluster, with the arbiter and
 with plain Ray (``--no-live``: the pure sections alone).
 
-Prints one JSON object on stdout (nothing else there), from one run, in under 2 minutes:
+Prints one JSON object on stdout (nothing else there), from one run, in 2 to 2.5 minutes
+on 2 cores:
 
 ``arbiter_round_ms``            per node count (1,000 and 10,000 nodes, 100 teams, two
                                 on-prem rungs): p50 and max over rounds of one round,
@@ -35,8 +36,21 @@ Prints one JSON object on stdout (nothing else there), from one run, in under 2 
                                 were served on h100; ``plain_ray_lender_wait_at_horizon``
                                 true: not within ``plain_ray_horizon_s`` (then the figure
                                 is the horizon, a lower bound)
-``not_measured``                figures of issue 28 this run does not measure, each with
-                                why (their fields are ``null``)
+``budget_exhausted_to_demoted_s`` live, same cluster (``ray_ladder/demo/teams/budget.py``):
+                                b's app with a ``demote`` budget under load at 20 req/s:
+                                from the arbiter round that marked it spent to b's first
+                                answer from l4; goal <= one control period (0.25 s);
+                                ``budget_failed_requests`` goal 0
+``borrower_steps_lost_past_checkpoint``  live, same cluster
+                                (``ray_ladder/demo/teams/checkpoint.py``): b's Tune trial
+                                on a's idle h100, a's demand arrives: steps done past the
+                                checkpoint it resumed from on l4; goal 0
+``cloud_node_s_while_onprem_free``  live, its own cluster in a child process
+                                (``ray_ladder/autoscale/fake/teams.py``, Ray's autoscaler
+                                with the fake provider): goal 0; against
+                                ``plain_ray_standing_request_cloud_node_s_while_onprem_free``
+                                (one cloud node kept by a standing ``request_resources``,
+                                over the same timeline: computed, not a second run)
 
 Each section is one function of ``SECTIONS``.
 """
@@ -183,22 +197,19 @@ def simulator_section(day_s: float = 86400.0, seed: int = 1) -> dict[str, Any]:
                           "replay_s": round(took, 3), "policies": out}}
 
 
-#: Figures of issue 28 that other parts' work measures; null here until they are wired.
-NOT_MEASURED = {
-    "budget_exhausted_to_demoted_s": "the scenario's teams have no budget: budgets acting "
-                                     "on the ladders are not in it yet",
-    "cloud_node_s_while_onprem_free": "the scenario has no cloud rung (the hook's team rule "
-                                      "is tested in tests/fleet/test_teams_cloud_ray.py)",
-    "borrower_steps_lost_past_checkpoint": "the scenario's borrower runs Serve and tasks, no "
-                                           "Tune/Train run (tested in "
-                                           "tests/fleet/test_teams_tune_train_ray.py)"}
 PLAIN_HORIZON_S = 20.0
 
 
 def live_section() -> dict[str, Any]:
-    """The demo's teams scenario on one LocalCluster: with the arbiter, then plain Ray."""
+    """The demo's teams scenario on one LocalCluster: with the arbiter, then plain Ray,
+    then b's budget running out (demote) and b's Tune trial moved at its checkpoint."""
+    import tempfile
+    from pathlib import Path
+
     from ray import serve
 
+    from ray_ladder.demo.teams.budget import BUDGET, run_budget
+    from ray_ladder.demo.teams.checkpoint import EVERY, run_trial
     from ray_ladder.demo.teams.figures import live_figures, plain_figures
     from ray_ladder.demo.teams.scenario import GRACE_S, Options, teams_cluster
     from ray_ladder.demo.teams.script import run_scenario
@@ -206,33 +217,81 @@ def live_section() -> dict[str, Any]:
 
     opts = Options()
     started = time.monotonic()
-    with teams_cluster(log_to_driver=False):
-        for name in ("ray", "ray.serve"):
+    with teams_cluster(log_to_driver=False), tempfile.TemporaryDirectory() as folder:
+        for name in ("ray", "ray.serve", "ray.tune", "ray.train"):
             logging.getLogger(name).setLevel(logging.WARNING)
         port = free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": port},
                     proxy_location="HeadOnly",
                     logging_config={"log_level": "WARNING", "enable_access_log": False})
         url = f"http://127.0.0.1:{port}"
+        parts = {"cluster": time.monotonic()}
         fleet = run_scenario(url, fleet=True, opts=opts)
+        parts["fleet"] = time.monotonic()
         plain = run_scenario(url, fleet=False, opts=replace(opts, horizon_s=PLAIN_HORIZON_S))
+        parts["plain"] = time.monotonic()
+        budget = run_budget(url).figures()
+        parts["budget"] = time.monotonic()
         serve.shutdown()
-    out: dict[str, Any] = {**live_figures(fleet), **plain_figures(plain)}
-    served = max(v for v in (out["reclaim_to_lender_served_s"], out["lender_tasks_on_h100_s"],
-                             float("inf")) if v is not None)
+        trial = run_trial(Path(folder))
+        parts["trial"] = time.monotonic()
+    out: dict[str, Any] = {**live_figures(fleet), **plain_figures(plain), **budget, **trial}
+    waits = (out["reclaim_to_lender_served_s"], out["lender_tasks_on_h100_s"])
+    served = float("inf") if None in waits else max(v for v in waits if v is not None)
     out["lender_wait_ratio_vs_plain_ray"] = (
         round(served / out["plain_ray_lender_wait_s"], 3)
         if served != float("inf") and out["plain_ray_lender_wait_s"] else None)
-    out.update(dict.fromkeys(NOT_MEASURED))
-    out["not_measured"] = [{"field": k, "why": v} for k, v in NOT_MEASURED.items()]
     out["live_setting"] = {"h100_units": 2, "grace_s": GRACE_S, "rate_hz": opts.rate_hz,
                            "borrowed_s": opts.borrowed_s, "task_s": 0.5,
-                           "wall_s": round(time.monotonic() - started, 1)}
+                           "budget_h100_unit_s": BUDGET, "trial_checkpoint_every_steps": EVERY,
+                           "wall_s": round(time.monotonic() - started, 1),
+                           "parts_s": {k: round(v - prev, 1) for (k, v), prev in zip(
+                               parts.items(), [started, *parts.values()], strict=False)}}
     return out
+
+
+def _while_free_standing(samples: list[dict[str, Any]]) -> float:
+    """Node-seconds while on-prem was free of one cloud node kept for the whole run (a
+    plain ``request_resources`` for b's cloud rung: Ray's way to have it ready)."""
+    return round(sum(b["time"] - a["time"] for a, b in zip(samples, samples[1:], strict=False)
+                     if a["free"]), 3)
+
+
+def cloud_section() -> dict[str, Any]:
+    """The cloud story on Ray's autoscaler with the fake provider (its own cluster)."""
+    from ray_ladder.autoscale.fake.teams import cloud_cluster, run_cloud_story
+    from ray_ladder.fleet import start_arbiter
+
+    started = time.monotonic()
+    with cloud_cluster() as cluster:
+        run = run_cloud_story(cluster, start_arbiter)
+    s = run.samples
+    asked = next((x["time"] for x in s if x["asked"]), None)
+    home = next((x["time"] for x in s if x["time"] > run.home_at and x["serving"] == "h100"),
+                None)
+    return {**run.figures(),
+            "cloud_launches": len(run.launches),
+            "cloud_asked_before_reclaim": any(x["asked"] or x["cloud_nodes"] for x in s
+                                              if x["time"] < run.reclaim_at),
+            "cloud_reclaim_to_asked_s": None if asked is None else round(asked - run.reclaim_at, 3),
+            "cloud_onprem_free_to_home_s": None if home is None else round(home - run.home_at, 3),
+            "cloud_borrower_tasks": len(run.answers),
+            "plain_ray_standing_request_cloud_node_s_while_onprem_free":
+                _while_free_standing(s),
+            "cloud_wall_s": round(time.monotonic() - started, 1)}
 
 
 SECTIONS: tuple[Callable[[], dict[str, Any]], ...] = (
     arbiter_section, fair_share_section, simulator_section, live_section)
+
+
+def _cloud_child() -> Any:
+    """:func:`cloud_section` in a child process, on its own cluster, while this one runs
+    the live section (the two mostly wait on their clusters: 2 minutes hold both)."""
+    import subprocess
+
+    return subprocess.Popen([sys.executable, __file__, "--cloud-section"],
+                            stdout=subprocess.PIPE, text=True)
 
 
 def main(live: bool = True) -> dict[str, Any]:
@@ -240,9 +299,18 @@ def main(live: bool = True) -> dict[str, Any]:
 
     probe = MachineProbe()
     result: dict[str, Any] = {}
+    child = None
     for section in SECTIONS:
-        if live or section is not live_section:
-            result.update(section())
+        if section is live_section:
+            if not live:
+                continue
+            child = _cloud_child()  # after the pure sections: they time the arbiter
+        result.update(section())
+    if child is not None:
+        out, _ = child.communicate(timeout=300)
+        if child.returncode != 0:
+            raise RuntimeError(f"the cloud section failed (exit {child.returncode})")
+        result.update(json.loads(out.strip().splitlines()[-1]))
     result["machine"] = probe.report()
     return result
 
@@ -251,4 +319,7 @@ if __name__ == "__main__":
     from _json_out import json_stdout
 
     out = json_stdout()
-    print(json.dumps(main(live="--no-live" not in sys.argv[1:])), file=out, flush=True)
+    if "--cloud-section" in sys.argv[1:]:
+        print(json.dumps(cloud_section()), file=out, flush=True)
+    else:
+        print(json.dumps(main(live="--no-live" not in sys.argv[1:])), file=out, flush=True)
