@@ -38,9 +38,9 @@ test-tools:
 	fi
 
 # pytest exits 5 when it collects no test: that is a failure of the suite, say so.
-# Two workers, one test module each at a time (--dist loadfile: a module's tests share its
-# cluster): the Ray tests mostly wait on clusters, so two of them fit on two cores.
-TEST_WORKERS ?= 2
+# One process by default: two Ray clusters at once on two cores interfere (GCS deadlines,
+# timing goals); TEST_WORKERS=2 runs two pytest-xdist workers, a module at a time each.
+TEST_WORKERS ?= 0
 test: $(VENV)/.test-installed test-tools
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile; rc=$$?; \

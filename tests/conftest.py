@@ -90,11 +90,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Ray modules first, longest first (the ``long`` marker), the quick pure tests last:
-    with two workers (``make test``) the last module to start decides when the run ends,
-    so a quick one should be last. A stable sort: each module keeps its own order."""
+    with two workers (``make test TEST_WORKERS=2``) the last module to start decides when
+    the run ends, so a quick one should be last. A stable sort: each module keeps its own
+    order."""
     def rank(item: pytest.Item) -> int:
         if item.get_closest_marker("long") is not None:
             return 0
         return 1 if item.get_closest_marker("ray") is not None else 2
 
-    items.sort(key=rank)
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # in one process the order stays as written
+        items.sort(key=rank)
