@@ -230,7 +230,9 @@ def _wait_for_move(channel: Channel, asked: int, timeout_s: float, rank0: bool) 
     """Wait at the checkpoint until the controller stops this group (the process ends), the
     request is cancelled or replaced, or ``timeout_s`` passes: then training goes on. A
     climb replaced by a preemption notice keeps the workers here (the checkpoint they
-    stopped at is committed): rank 0 parks again, for the notice."""
+    stopped at is committed): rank 0 parks again, for the notice. A request that is gone
+    (the controller clears the channel when it starts the next group) keeps them here too:
+    this group is being stopped, and a step run now would be lost with it."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         time.sleep(0.05)
@@ -241,7 +243,7 @@ def _wait_for_move(channel: Channel, asked: int, timeout_s: float, rank0: bool) 
             if rank0:
                 channel.park(asked)
             continue
-        if request is None or request.id != asked or request.cancelled:
+        if request is not None and (request.id != asked or request.cancelled):
             return
     logger.warning("ladder: waited %.0fs at a checkpoint for a move that did not come; "
                    "training goes on", timeout_s)

@@ -41,6 +41,14 @@ class Steps:
             event()
 
 
+class GroupStopped(Exception):
+    """The controller stopped the worker group: the worker's process ends here."""
+
+
+def group_stopped() -> None:
+    raise GroupStopped
+
+
 @pytest.fixture
 def rank0(monkeypatch: pytest.MonkeyPatch, kv: dict[str, str]) -> SimpleNamespace:
     """Rank 0 of a 2-worker ladder run, with Ray Train's calls recorded."""
@@ -67,9 +75,11 @@ def test_a_notice_checkpoint_waits_for_the_controllers_request_and_stops(
     steps = Steps(None,  # the controller has not polled since the notice: no request yet
                   lambda: channel.ask_climb(1, "a100x2", notice=True),  # now it has
                   lambda: parked.append(channel.parked()),  # stopped, waiting for the move
-                  lambda: channel.clear())  # (here the request goes, so the worker returns)
+                  channel.clear,  # the controller starts the next group: the request goes
+                  group_stopped)  # still waiting (no step past the checkpoint) when it ends
     monkeypatch.setattr(worker.time, "sleep", steps)
-    worker.report({"step": 7}, checkpoint="ckpt")
+    with pytest.raises(GroupStopped):
+        worker.report({"step": 7}, checkpoint="ckpt")
     assert rank0.calls["report"] == [({"step": 7}, "ckpt")]
     assert [str(m) for m in rank0.calls["committed"]] == ["CheckpointConsistencyMode.COMMITTED"]
     assert parked == [1] and not steps.events
@@ -90,7 +100,20 @@ def test_workers_stopped_for_a_climb_stay_when_a_notice_replaces_it(
     seen: list[Any] = []
     steps = Steps(lambda: channel.ask_climb(2, "a100x2", notice=True),  # the notice came
                   lambda: seen.append(channel.parked()),
-                  lambda: channel.clear())
+                  channel.clear,
+                  group_stopped)
     monkeypatch.setattr(worker.time, "sleep", steps)
-    worker._wait_for_move(channel, 1, 60.0, True)
+    with pytest.raises(GroupStopped):
+        worker._wait_for_move(channel, 1, 60.0, True)
     assert seen == [2]  # parked again, for the notice: the controller ends Ray's wait
+
+
+def test_a_cancelled_climb_lets_the_workers_go_on(
+        rank0: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> None:
+    channel = rank0.channel
+    channel.ask_climb(1, "h100x2")
+    channel.park(1)
+    steps = Steps(None, lambda: channel.cancel_climb(1))  # the better rung went away
+    monkeypatch.setattr(worker.time, "sleep", steps)
+    worker._wait_for_move(channel, 1, 60.0, True)  # returns: training goes on
+    assert not steps.events
