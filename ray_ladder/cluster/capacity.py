@@ -11,6 +11,7 @@ from typing import Any
 
 from ray_ladder.cluster.grants import (
     BUDGET_HELD,
+    GRANT_HELD,
     BudgetHold,
     GrantReader,
     GrantSource,
@@ -76,7 +77,8 @@ class CapacitySnapshot:
             ``demote`` already took the dearer rungs out of ``obtainable``; ``queue`` and
             ``reject`` are acted on by the consumer (docs/teams.md, "Budgets").
         held_kind: Rung name -> why it is held, as data: ``budget`` (a spent team
-            budget demotes it); other holds are not classified yet.
+            budget demotes it), ``grant`` (the team has no unit of it granted); both
+            are hard holds (``grants.HARD_HOLDS``); other holds are not classified yet.
     """
 
     time: float
@@ -228,8 +230,9 @@ class CapacityView:
         going = {n: c.deadline for n, c in rungs.items() if c.going_away}
         entry = self._grant_source(self.team) \
             if self.team is not None and self._grant_source is not None else None
-        granted = self._team_limits(entry, obtainable, held, going)
+        granted, denied = self._team_limits(entry, obtainable, held, going)
         hold, kinds = self._budget_limits(entry, obtainable, held)
+        kinds = {**dict.fromkeys(denied, GRANT_HELD), **kinds}
         wall = self._wall_clock()
         held.update({n: going_away_reason(d, wall) for n, d in going.items()
                      if n not in held})
@@ -243,17 +246,21 @@ class CapacityView:
         return snap
 
     def _team_limits(self, entry: Mapping[str, Any] | None, obtainable: dict[str, bool],
-                     held: dict[str, str], going: dict[str, float | None]) -> dict[str, int]:
+                     held: dict[str, str], going: dict[str, float | None],
+                     ) -> tuple[dict[str, int], list[str]]:
         """Apply the team's grants (in place): denied rungs, reclaimed ones going away.
-        Returns the units granted and not reclaimed per shared rung."""
+        Returns the units granted and not reclaimed per shared rung, and the rungs held
+        because no unit of them is granted."""
         if entry is None:  # no team, or no arbiter ever ran for it: no fleet limits
-            return {}
+            return {}, []
         denied, reclaimed = team_limits(entry)
         wall = self._wall_clock()
+        held_now = []
         for name, why in denied.items():
             if obtainable.get(name):
                 obtainable[name] = False
                 held[name] = why
+                held_now.append(name)
         for name, deadline in reclaimed.items():
             if name in obtainable and name not in going:
                 obtainable[name] = False
@@ -262,7 +269,7 @@ class CapacityView:
                     f"deadline in {max(0.0, deadline - wall):.1f} s"
                 held[name] = f"reclaim notice: team {self.team}'s {name} units go back, {due}"
         return {rung: max(0, int(g.get("held", 0)) - int(g.get("noticed", 0)))
-                for rung, g in (entry.get("rungs") or {}).items()}
+                for rung, g in (entry.get("rungs") or {}).items()}, held_now
 
     def _budget_limits(self, entry: Mapping[str, Any] | None, obtainable: dict[str, bool],
                        held: dict[str, str]) -> tuple[BudgetHold | None, dict[str, str]]:

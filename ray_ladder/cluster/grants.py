@@ -130,6 +130,12 @@ class BudgetHold:
 
 #: The held kind of a rung the team's spent budget takes (``CapacitySnapshot.held_kind``).
 BUDGET_HELD = "budget"
+#: The held kind of a shared rung the fleet arbiter grants the team no unit of (none yet,
+#: or its units went back to their owner at a reclaim's deadline).
+GRANT_HELD = "grant"
+#: Holds no consumer may soften: the team may not place work there at all (a hook's
+#: release only holds a rung while a better one is up; these hold it whatever is up).
+HARD_HOLDS = frozenset({BUDGET_HELD, GRANT_HELD})
 
 
 def budget_hold(entry: Mapping[str, Any] | None) -> BudgetHold | None:

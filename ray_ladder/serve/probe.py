@@ -9,8 +9,8 @@ import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
-from ray_ladder.cluster.capacity import CapacityView
-from ray_ladder.cluster.grants import BUDGET_HELD, report_demand
+from ray_ladder.cluster.capacity import CapacitySnapshot, CapacityView
+from ray_ladder.cluster.grants import HARD_HOLDS, report_demand
 from ray_ladder.core.placement import standby_replicas
 from ray_ladder.serve.calls import RungCaller
 from ray_ladder.serve.demand import wanted_units
@@ -42,6 +42,31 @@ def running_replicas(app_name: str, deployments: Mapping[str, str]) -> dict[str,
                             if getattr(s, "value", s) in SERVING_STATES)
     return running
 
+
+
+def hard_holds(snapshot: CapacitySnapshot) -> set[str]:
+    """Rungs this app may not place work on at all: a spent budget demotes them, or its
+    team has no unit of them granted (``grants.HARD_HOLDS``; docs/teams.md)."""
+    return {r for r, kind in snapshot.held_kind.items() if kind in HARD_HOLDS}
+
+
+def placeable_rungs(snapshot: CapacitySnapshot) -> dict[str, bool]:
+    """Rung -> whether the router may count it as hostable. Softly held rungs (a hook's
+    release) stay hostable: RouterState leaves them out per selector, since a
+    constrained request may have no better rung than the released one. Hard holds do
+    not: a borrower whose units went back must not climb onto them while its own
+    replica still runs there.
+
+    Example:
+        >>> snap = CapacitySnapshot(0.0, {}, {"h100": False, "a100": False, "l4": True},
+        ...     held={"h100": "no h100 unit granted to team b", "a100": "released"},
+        ...     held_kind={"h100": "grant"})
+        >>> placeable_rungs(snap)
+        {'h100': False, 'a100': True, 'l4': True}
+    """
+    hard = hard_holds(snapshot)
+    return {r: ok or (r in snapshot.held and r not in hard)
+            for r, ok in snapshot.obtainable.items()}
 
 
 class Prober:
@@ -87,12 +112,8 @@ class Prober:
         """One probe: observe, move the selectors, start pings, wake waiting requests."""
         started = time.monotonic()
         snapshot = await asyncio.to_thread(self._view.refresh)
-        # Held rungs stay hostable here: RouterState leaves them out per selector (a
-        # constrained request may have no better rung than the released one).
-        # A rung a spent budget demotes is not placeable for this app at all (docs/teams.md).
-        demoted = {r for r, kind in snapshot.held_kind.items() if kind == BUDGET_HELD}
-        placeable = {r: ok or (r in snapshot.held and r not in demoted)
-                     for r, ok in snapshot.obtainable.items()}
+        demoted = hard_holds(snapshot)
+        placeable = placeable_rungs(snapshot)
         now = self._clock()
         running = None
         if self._state.needs_replica_counts(placeable, now):

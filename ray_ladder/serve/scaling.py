@@ -110,9 +110,10 @@ class StandbyPolicy:
         at = (self._primes or {}).get(self.rung)
         return isinstance(at, (int, float)) and -5.0 <= now - at < PRIME_HOLD_S
 
-    def granted(self, now: float) -> int | None:
-        """Units of this rung the arbiter grants the team and does not reclaim, or
-        ``None`` (no team, no arbiter entry, or not a shared rung: no cap)."""
+    def grant(self, now: float) -> tuple[int, int] | None:
+        """``(held, noticed)``: units of this rung the arbiter grants the team, and how
+        many of them are under a reclaim notice; ``None`` (no team, no arbiter entry, or
+        not a shared rung: no cap)."""
         if self.team is None or self.rung is None:
             return None
         if self._grants_at is None or not 0 <= now - self._grants_at < HOOK_READ_EVERY_S:
@@ -121,7 +122,13 @@ class StandbyPolicy:
         grant = ((self._grants or {}).get("rungs") or {}).get(self.rung)
         if not isinstance(grant, dict):
             return None
-        return max(0, int(grant.get("held", 0)) - int(grant.get("noticed", 0)))
+        return int(grant.get("held", 0)), int(grant.get("noticed", 0))
+
+    def granted(self, now: float) -> int | None:
+        """Units of this rung the arbiter grants the team and does not reclaim, or
+        ``None`` (no team, no arbiter entry, or not a shared rung: no cap)."""
+        grant = self.grant(now)
+        return None if grant is None else max(0, grant[0] - grant[1])
 
     def _read_roles(self) -> dict[str, Any] | None:
         return self._read_kv(HOOK_ROLES_PREFIX + str(self.ladder))
@@ -170,9 +177,16 @@ class StandbyPolicy:
             # Serve's policy keeps a replica that is still pending (none running yet):
             # here only requests for the rung keep it.
             return (desired if ctx.total_num_requests > 0 else 0), state
-        cap = self.granted(float(now)) if now is not None else None
+        grant = self.grant(float(now)) if now is not None else None
+        if grant is not None and grant[0] <= 0:
+            # No unit held: a reclaim's deadline passed (the router moved at its notice)
+            # or none was granted. The replica goes now, whatever Serve's request average
+            # over its look-back window says: its owner's replica waits for the unit.
+            self._idle_since = None
+            return 0, state
+        cap = None if grant is None else max(0, grant[0] - grant[1])
         if cap is not None and cap <= 0:
-            self._idle_since = None  # nothing granted: only requests still there keep it
+            self._idle_since = None  # every unit noticed: only requests still there keep it
             return (min(desired, 1) if ctx.total_num_requests > 0 else 0), state
         primed = now is not None and self.primed(
             float(now), getattr(ctx, "app_name", None), ctx.current_num_replicas == 0)

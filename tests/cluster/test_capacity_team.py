@@ -54,3 +54,16 @@ def test_a_partial_reclaim_leaves_the_rung_to_the_team() -> None:
 def test_without_an_arbiter_the_team_view_is_the_plain_view() -> None:
     snap = _view(None).refresh()
     assert snap.obtainable == {"h100": True, "a100": True}
+
+
+def test_a_rung_with_no_unit_granted_is_a_hard_hold_the_router_does_not_place_on() -> None:
+    # b's units went back to a at the reclaim's deadline while b's own h100 replica still
+    # ran: b's router must not count h100 hostable and climb back onto a's unit (a soft
+    # hold, like a hook's release, stays hostable when nothing better is up).
+    from ray_ladder.cluster.grants import GRANT_HELD
+    from ray_ladder.serve.probe import placeable_rungs
+
+    snap = _view(_grant(0)).refresh()
+    assert snap.held_kind == {"h100": GRANT_HELD}
+    assert placeable_rungs(snap) == {"h100": False, "a100": True}
+    assert placeable_rungs(_view(_grant(1)).refresh()) == {"h100": True, "a100": True}

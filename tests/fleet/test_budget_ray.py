@@ -25,7 +25,9 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
 LADDER = Ladder.from_yaml("""
 name: budgeted
-policy: {probe_interval_s: 0.25, pending_timeout_s: 10}
+# pending_timeout_s 30: a request in flight when the budget runs out waits for the cold
+# cpu rung's first replica, which can take over 10 s on two busy cores
+policy: {probe_interval_s: 0.25, pending_timeout_s: 30}
 rungs:
   - {name: h100, resources: {ladder/h100: 1}, cost_per_hour: 12}
   - {name: a100, resources: {ladder/a100: 1}, cost_per_hour: 4, quality: 0.9}

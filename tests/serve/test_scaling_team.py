@@ -70,3 +70,24 @@ rungs:
     assert app._bound_deployment.init_args[3]["team"] == "b"  # the router's options
     with pytest.raises(ValueError, match="fleet team"):
         build_app(ladder, {"h100": Model}, team="B team")
+
+
+def test_a_replica_on_units_gone_back_to_their_owner_goes_at_once() -> None:
+    # Serve's request count is an average over its look-back window (30 s by default):
+    # the borrower's traffic moved at the notice, but the average still shows requests.
+    # At the deadline the units are the owner's: the replica must not hold them 30 s more.
+    from ray.serve.config import AutoscalingConfig
+
+    def running(now: float) -> SimpleNamespace:  # one replica, Serve's average at 3
+        return SimpleNamespace(current_num_replicas=1, target_num_replicas=1,
+                               total_num_requests=3, policy_state={},
+                               config=AutoscalingConfig(min_replicas=0, max_replicas=1),
+                               current_time=now, app_name="web", capacity_adjusted_min_replicas=0,
+                               capacity_adjusted_max_replicas=1, last_scale_up_time=None,
+                               last_scale_down_time=None)
+
+    kv = {"fleet/grants/b": {"rungs": {"h100": {"held": 1, "noticed": 1}}}}
+    policy = _policy(kv)
+    assert policy(running(10.0))[0] == 1  # the notice: requests still drain
+    kv["fleet/grants/b"]["rungs"]["h100"] = {"held": 0, "noticed": 0}
+    assert policy(running(11.5))[0] == 0  # the deadline passed: it goes now
