@@ -15,6 +15,11 @@ import httpx
 import ray
 
 EU = {"X-Ladder-Jurisdiction": "eu"}
+#: How long a client waits for an answer before it counts the request failed. Serve's
+#: proxy holds requests while the router replica's replacement starts, which took 45-60 s
+#: on two cores at load 20 (the soak late in `make test`): latency is reported apart
+#: (max_latency_s); a failure is a request that was not answered.
+CLIENT_TIMEOUT_S = 120.0
 
 
 @dataclass
@@ -60,7 +65,7 @@ class Requests(Paced):
     def __init__(self, url: str, rate: float, seed: int) -> None:
         super().__init__(rate, seed)
         self.url = url
-        self.client = httpx.Client(timeout=60)
+        self.client = httpx.Client(timeout=CLIENT_TIMEOUT_S)
 
     def once(self, i: int) -> None:
         eu = self.rng.random() < 0.5
@@ -98,7 +103,7 @@ class Streams(Paced):
         done, count = False, 0
         try:
             with httpx.stream("POST", self.url + "/v1/chat/completions", json=body,
-                              headers=EU if out.eu else {}, timeout=60) as response:
+                              headers=EU if out.eu else {}, timeout=CLIENT_TIMEOUT_S) as response:
                 if response.status_code != 200:
                     out.error = f"HTTP {response.status_code}"
                     return
