@@ -111,10 +111,23 @@ def healthy(app):
     return app
 
 
+#: build_app's assign_timeout_s: a request no replica of its rung takes within it is
+#: copied to the next rung (a hedge). A request that waited on the draining rung took at
+#: least this long, and the router counted it.
+HEDGE_WAIT_S = 0.25
+
+
+def _resends(app) -> int:
+    """Requests the router hedged or sent again after a failure so far (its counts)."""
+    counts = app.state()["metrics"]
+    return sum(counts["hedges"].values()) + sum(counts["resent"].values())
+
+
 def _serve_through_notice(app, notice, kill) -> dict:
     """Load over HTTP; ``notice()`` at t0; ``kill()`` at t0 + DEADLINE_S; figures."""
     with Load(app.url, rate=20) as load:
         wait_until(lambda: load.count("h100", 0) >= 60, 60, 0.05, "baseline window on h100")
+        resent_before = _resends(app)
         t0, wall0 = time.monotonic(), time.time()
         notice()
         moved = wait_until(lambda: next((r[0] for r in list(load.rows)
@@ -125,11 +138,15 @@ def _serve_through_notice(app, notice, kill) -> dict:
         t_kill = time.monotonic()
         wait_until(lambda: load.count("a100", t_kill) >= 40, 60, 0.05, "serving after the kill")
     # Baseline: answered before the notice; judged: still open at the notice, or later.
+    # Slow: over the machine's own noise (twice the baseline's p99 + 0.1 s), and at least
+    # the hedge's wait, which is what a request that waited on the draining rung paid (on
+    # two busy cores the noise alone reached 0.206 s against a 0.201 s limit in CI).
     base = [lat for sent, lat, *_ in load.rows[10:] if sent + lat < t0]
-    limit = 2 * p99(base) + 0.1
+    limit = max(2 * p99(base) + 0.1, HEDGE_WAIT_S)
     return {"rows": load.rows, "t0": t0, "wall0": wall0, "moved": moved, "t_kill": t_kill,
             "limit": limit, "slow": [r for r in load.rows if r[0] + r[1] >= t0 and r[1] > limit],
-            "failed": [r for r in load.rows if r[2] != 200]}
+            "failed": [r for r in load.rows if r[2] != 200],
+            "resent": _resends(app) - resent_before}
 
 
 def _assert_no_cost(app, run: dict) -> None:
@@ -137,7 +154,9 @@ def _assert_no_cost(app, run: dict) -> None:
           f"{run['limit']:.3f} s; max latency after the notice "
           f"{max(r[1] for r in run['rows'] if r[0] + r[1] >= run['t0']):.3f} s")
     assert run["failed"] == []
-    assert run["slow"] == [], f"slower than baseline p99 x 2 + 0.1 s = {run['limit']:.3f}"
+    assert run["resent"] == 0, "the router hedged or re-sent a request across the notice"
+    assert run["slow"] == [], f"slower than max(baseline p99 x 2 + 0.1 s, hedge wait) = " \
+                              f"{run['limit']:.3f}"
     # Once on a100, never back on the draining rung.
     assert not any(r[3] == "h100" and r[0] > run["moved"] for r in run["rows"])
     falls = app.notice_falls(run["wall0"])
