@@ -43,7 +43,6 @@ def running_replicas(app_name: str, deployments: Mapping[str, str]) -> dict[str,
     return running
 
 
-
 def hard_holds(snapshot: CapacitySnapshot) -> set[str]:
     """Rungs this app may not place work on at all: a spent budget demotes them, or its
     team has no unit of them granted (``grants.HARD_HOLDS``; docs/teams.md)."""
