@@ -105,7 +105,8 @@ class Streams(Paced):
             with httpx.stream("POST", self.url + "/v1/chat/completions", json=body,
                               headers=EU if out.eu else {}, timeout=CLIENT_TIMEOUT_S) as response:
                 if response.status_code != 200:
-                    out.error = f"HTTP {response.status_code}"
+                    out.error = f"HTTP {response.status_code}: {response.read()[:200]!r}"
+                    out.latency_s = time.monotonic() - out.sent
                     return
                 for line in response.iter_lines():
                     if not line.startswith("data: "):

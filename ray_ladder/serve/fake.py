@@ -36,6 +36,8 @@ class FakeRung:
         fail_after: A stream fails ("rung went down mid-stream") after this many pieces.
         busy: The rung answers others meanwhile (``alive_within`` is true).
         delay_s: Seconds each answer or piece takes.
+        take_s: Seconds before a replica takes a request or stream (a busy machine's slow
+            assignment; a caller that gives up sooner raises ``RungFailed`` timeout).
     """
 
     takes: bool = True
@@ -46,6 +48,7 @@ class FakeRung:
     fail_after: int | None = None
     busy: bool = False
     delay_s: float = 0.0
+    take_s: float = 0.0
 
 
 class FakeRungCaller:
@@ -92,6 +95,7 @@ class FakeRungCaller:
                 raise failure
             if not behaviour.takes:
                 await asyncio.Event().wait()  # never taken: the caller gives up on it
+            await asyncio.sleep(behaviour.take_s)
             assigned.set_result(None)
             await asyncio.sleep(behaviour.delay_s)
             return f"from {rung}" if behaviour.answer is None else behaviour.answer
@@ -109,12 +113,14 @@ class FakeRungCaller:
         failure = self._failure(behaviour)
         if failure is not None:
             raise failure
+        take_s = float("inf") if not behaviour.takes else behaviour.take_s
+        if give_up_s is not None and take_s > give_up_s and elsewhere():
+            await asyncio.sleep(give_up_s)
+            raise RungFailed(f"no replica took the stream within {give_up_s:g}s",
+                             timeout=True)
         if not behaviour.takes:
-            if give_up_s is not None and elsewhere():
-                await asyncio.sleep(give_up_s)
-                raise RungFailed(f"no replica took the stream within {give_up_s:g}s",
-                                 timeout=True)
             await asyncio.Event().wait()
+        await asyncio.sleep(take_s)
         limit = request.get("max_tokens") if isinstance(request, dict) else None
         pieces = behaviour.pieces if limit is None else behaviour.pieces[:limit]
         for i, piece in enumerate(pieces):

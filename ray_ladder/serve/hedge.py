@@ -56,9 +56,10 @@ class Race:
         self._spawn = spawn
         self._clock = clock
 
-    def _start(self, rung: str, payload: Any, view: RequestView) -> Pending:
-        return self._caller.start(rung, payload, warm=self._is_warm(rung),
-                                  elsewhere=lambda: view.has_other_compute(rung))
+    def _start(self, rung: str, payload: Any, view: RequestView, walk: Walk) -> Pending:
+        return self._caller.start(
+            rung, payload, warm=self._is_warm(rung),
+            elsewhere=lambda: view.has_other_compute(rung, walk.excluded))
 
     async def run(self, name: str, payload: Any, view: RequestView,
                   walk: Walk) -> tuple[Any, str]:
@@ -67,7 +68,7 @@ class Race:
         (each is in ``walk.attempts`` and was reported to ``failed``)."""
         loop = asyncio.get_running_loop()
         assign_s = self._caller.assign_timeout_s
-        primary = self._start(name, payload, view)
+        primary = self._start(name, payload, view, walk)
         racing = [primary]
         hedge_at = loop.time() + assign_s
         hedged = False
@@ -100,7 +101,7 @@ class Race:
                 if target is not None:
                     walk.enter(target)
                     self._hedged(name)
-                    racing.append(self._start(target, payload, view))
+                    racing.append(self._start(target, payload, view, walk))
             raise RungFailed("every rung tried failed")
         finally:
             for pending in racing:

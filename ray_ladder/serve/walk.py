@@ -147,9 +147,12 @@ class RequestView:
         """Whether an eligible compute rung can come back without new capacity."""
         return self._state.can_come_back(self._selector)
 
-    def has_other_compute(self, rung: str) -> bool:
-        """Whether an eligible compute rung other than ``rung`` is obtainable."""
-        return self.best_compute({rung}) is not None
+    def has_other_compute(self, rung: str, tried: Iterable[str] = ()) -> bool:
+        """Whether an eligible compute rung other than ``rung`` and those in ``tried``
+        (the walk's excluded rungs) is obtainable: somewhere a request given up on could
+        still go. Without ``tried``, a slow last rung would be given up on for rungs the
+        walk already left, and the request would cycle until its deadline."""
+        return self.best_compute({rung, *tried}) is not None
 
 
 def next_rung(ladder: Ladder, view: LadderView, exclude: set[str]) -> str | None:

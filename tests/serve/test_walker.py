@@ -176,6 +176,18 @@ def test_a_stream_its_rung_does_not_take_starts_elsewhere_and_counts_a_hedge() -
     assert not rig.state.is_down("h100", rig.walker._clock())  # slow, not gone
 
 
+def test_a_stream_every_rung_is_slow_to_take_waits_on_its_last_rung() -> None:
+    # A busy machine: no replica takes a stream within the hedge wait and none answered
+    # anyone lately. The stream leaves h100 for a100 once, then waits for a100 (nowhere
+    # else is left), rather than giving up on it for h100 again until its deadline (503).
+    slow = 3 * 0.05
+    caller = FakeRungCaller({"h100": FakeRung(take_s=slow), "a100": FakeRung(take_s=slow)})
+    rig = Rig(caller)
+    pieces, _ = rig.run(rig.stream)
+    assert {r for r, _ in pieces} == {"a100"} and caller.sent == ["h100", "a100"]
+    assert rig.counts["requests"] == {"a100": 1} and rig.counts["hedges"] == {"h100": 1}
+
+
 def test_a_stream_with_every_rung_gone_is_shed_and_counted_as_the_json_route_does() -> None:
     rig = Rig(_all_fail(), placeable={"h100": False, "a100": False})
     with pytest.raises(LadderExhaustedError) as info:

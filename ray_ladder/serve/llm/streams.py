@@ -104,7 +104,7 @@ class StreamDriver:
                 if rest.max_tokens <= 0:  # a move landed exactly on max_tokens
                     record.finish_reason = "length"
                     return
-                pieces = self._generate(step.rung, request, rest, record, view, move)
+                pieces = self._generate(step.rung, request, rest, record, view, walk, move)
                 try:
                     async with contextlib.aclosing(pieces):
                         async for piece in pieces:
@@ -124,14 +124,14 @@ class StreamDriver:
 
     async def _generate(self, name: str, request: GenerationRequest,
                         rest: GenerationRequest, record: StreamRecord, view: RequestView,
-                        move: _Move) -> AsyncGenerator[Piece, None]:
+                        walk: Walk, move: _Move) -> AsyncGenerator[Piece, None]:
         """The pieces ``name`` generates for ``rest`` of the answer (raises RungFailed)."""
         caller = self.router.caller
         first_try = not record.text
         stream = caller.stream(
             name, rest.to_dict(), warm=self.router.router_state.is_warm(name),
             give_up_s=caller.assign_timeout_s if first_try else None,
-            elsewhere=lambda: view.has_other_compute(name))
+            elsewhere=lambda: view.has_other_compute(name, walk.excluded))
         async for text in stream:
             record.tokens[name] = record.tokens.get(name, 0) + 1
             cut = first_stop(record.text + text, request.stop, len(record.text))
