@@ -12,6 +12,11 @@ object in its JSON:
                         both ``null`` where ``/proc/stat`` cannot be read or the run was
                         too short to tell
 ``measured_s``          seconds between the two readings
+``python_mops_before``  one core's speed when the bench started: millions of pure-Python
+                        additions a second (best of three short runs): a slower or
+                        busier core than another run's makes its latency and rate
+                        figures differ without any change of code
+``python_mops_after``   the same when it finished
 
 :class:`PeakMemory` samples one process's memory through a phase (the task ladder's
 orchestrator in ``ladder_task.py``).
@@ -58,6 +63,17 @@ def _usable_cores() -> int | None:
         return None
 
 
+def python_mops(rounds: int = 3, n: int = 200_000) -> float:
+    """Millions of pure-Python additions one core does a second (best of ``rounds``)."""
+    best = float("inf")
+    for _ in range(rounds):
+        started, total = time.perf_counter(), 0
+        for i in range(n):
+            total += i
+        best = min(best, time.perf_counter() - started)
+    return round(n / best / 1e6, 2)
+
+
 class MachineProbe:
     """Read the machine when a bench starts; :meth:`report` reads it again at the end.
 
@@ -71,6 +87,7 @@ class MachineProbe:
         self._start = time.monotonic()
         self._load = _load()
         self._stat = _proc_stat()
+        self._mops = python_mops()
 
     def report(self) -> dict[str, Any]:
         """The ``machine`` field: cores, load before and after, busy and steal shares."""
@@ -91,6 +108,8 @@ class MachineProbe:
             "cpu_busy_pct": busy,
             "cpu_steal_pct": steal,
             "measured_s": round(time.monotonic() - self._start, 1),
+            "python_mops_before": self._mops,
+            "python_mops_after": python_mops(),
         }
 
 

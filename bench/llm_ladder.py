@@ -61,7 +61,10 @@ def say(what: str) -> None:
 
 def machine() -> dict[str, Any]:
     """What this machine is and how busy, measured."""
-    out: dict[str, Any] = {"cpus": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2)}
+    from _machine import python_mops
+
+    out: dict[str, Any] = {"cpus": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2),
+                           "python_mops": python_mops()}
     try:
         with open("/proc/stat") as stat:
             fields = stat.readline().split()[1:]

@@ -137,6 +137,7 @@ def soak(cluster: LocalCluster, duration_s: float, seed: int = 0) -> dict[str, A
     import httpx
     import ray
     from _leftovers import leftovers
+    from _machine import python_mops
     from _soak_chaos import Chaos, schedule
     from _soak_load import Requests, Streams, Tasks
     from ray import serve
@@ -148,7 +149,7 @@ def soak(cluster: LocalCluster, duration_s: float, seed: int = 0) -> dict[str, A
     from ray_ladder.task.orchestrator.registry import get_orchestrator
     from ray_ladder.tune import Tuner, rung_history, with_ladder
 
-    load_before = os.getloadavg()
+    load_before, mops_before = os.getloadavg(), python_mops()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     serve.start(http_options={"host": "127.0.0.1", "port": port}, proxy_location="HeadOnly")
@@ -256,7 +257,8 @@ def soak(cluster: LocalCluster, duration_s: float, seed: int = 0) -> dict[str, A
         "chaos": chaos.log,
         "final_state": final,
         "machine": {"cores": os.cpu_count(), "load_avg_before": list(load_before),
-                    "load_avg_after": list(os.getloadavg())},
+                    "load_avg_after": list(os.getloadavg()),
+                    "python_mops_before": mops_before, "python_mops_after": python_mops()},
     }
 
 
