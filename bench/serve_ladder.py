@@ -339,6 +339,15 @@ def main():
         out["router_climbed_to_first_answer_s"] = (
             round(min(r[1] for r in back) - (t_add + ups[0] - t_add_wall), 3)
             if back and ups and t_add_wall is not None else None)
+        # The same for requests sent while the node came back (its raylet and replica
+        # start on these cores): a backlog then delays the first h100 answer after the
+        # climb by the time the queue ahead of it takes to drain, not by the ladder.
+        climbing = sorted(r[1] - r[0] for r in recs if t_add <= r[0] <= t_add + (
+            (ups[0] - t_add_wall) if ups and t_add_wall is not None else 0.0))
+        if climbing:
+            out["climb_window_p99_latency_s"] = round(
+                climbing[int(0.99 * (len(climbing) - 1))], 3)
+            out["saturated_during_climb"] = out["climb_window_p99_latency_s"] > 0.5
         goals = {
             "router_overhead_ratio": out["router_overhead_ratio"] <= 1.10,
             "failover_failed_requests": out["failover_failed_requests"] == 0,
