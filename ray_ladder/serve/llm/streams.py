@@ -56,7 +56,7 @@ class StreamDriver:
 
     The rung of a new stream is the one the walk names (the request's selector's current
     rung). If that rung's replica does not take the stream within ``assign_timeout_s``
-    while another compute rung could, the stream starts there instead (nothing was
+    while a compute rung the stream has not tried could, it starts there instead (nothing was
     generated; the ladder does not move for it; counted as a hedge). If the rung fails
     (node or replica gone, the probe saw it go), it is marked down, the selectors move at
     once, and the stream continues on the rung the walk names next with the text already
