@@ -259,12 +259,20 @@ def test_climb_back_after_re_add_honors_the_hysteresis(app):
     wait_until(lambda: app.state()["current"] == "a100", SLOW, 0.1, "fallen to a100")
     added_at = time.time()
     wall_minus_mono = time.time() - time.monotonic()
+    def ups() -> list[dict]:
+        return [e for e in app.state()["events"]
+                if e["to"] == "h100" and e["direction"] == "up" and e["time"] >= added_at]
+
+    def sent_after_climb() -> int:  # requests sent from half a second after the climb on
+        up = ups()
+        return sum(1 for r in list(load.results)
+                   if up and r[0] > up[0]["time"] - wall_minus_mono + 0.5)
+
     with Load(app, rate=10, max_s=SLOW) as load:
         app.cluster.add_node("h100")
-        wait_until(lambda: sum(1 for r in list(load.results) if r[2] == "h100") >= 10,
-                   SLOW, 0.1, "answers from h100 again")
-    up = [e for e in app.state()["events"]
-          if e["to"] == "h100" and e["direction"] == "up" and e["time"] >= added_at]
+        wait_until(lambda: sent_after_climb() >= 10, SLOW, 0.25,
+                   "answers to requests sent after the climb")
+    up = ups()
     assert up, "the climb is an 'up' event"
     streak = int(up[0]["reason"].split(" for ")[1].split()[0])
     assert streak >= LADDER.policy.promotion_hysteresis
