@@ -109,7 +109,9 @@ def test_the_moves_awaited_need_the_arbiter_only_for_the_notice():
     res = _run()
     fleet, plain = moves(True), moves(False)
     assert list(fleet)[0] == "reclaim notice to b" and "reclaim notice to b" not in plain
-    assert [check(res, res.arrived_at) for check in fleet.values()] == [5.5, 6.0, 6.5, 10.0, 10.5]
+    assert [check(res, res.arrived_at) for check in fleet.values()] == [5.5, 6.0, 6.5, 10.0,
+                                                                        10.5, 9.5]
+    assert "a holds its quota again" not in plain
     assert fleet["a served from h100"](res, 11.0) is None  # nothing of a's on h100 after 11 s
 
 

@@ -44,6 +44,16 @@ def _noticed(res: Result, since: float) -> float | None:
                default=None)
 
 
+def _quota_back(res: Result, since: float) -> float | None:
+    """When a held its whole nominal h100 quota again and b none (the reclaim is over)."""
+    def back(a: dict[str, int], b: dict[str, int]) -> bool:
+        return a.get("held", 0) >= a.get("nominal", 1) and b.get("held", 0) == 0
+
+    return min((s.t for s in res.samples
+                if s.t >= since and back(s.teams.get("a", {}), s.teams.get("b", {}))),
+               default=None)
+
+
 def moves(fleet: bool) -> dict[str, Check]:
     """The moves after a's arrival, in story order (no notice without an arbiter)."""
     out: dict[str, Check] = {"reclaim notice to b": _noticed} if fleet else {}
@@ -52,6 +62,8 @@ def moves(fleet: bool) -> dict[str, Check]:
         "b's tasks on l4": _served("b", LOWER["b"], "tasks"),
         "a served from h100": _served("a", SHARED, "requests"),
         "a's tasks on h100": _served("a", SHARED, "tasks")})
+    if fleet:  # the story ends once the lender holds its quota again, not at a guess
+        out["a holds its quota again"] = _quota_back
     return out
 
 
