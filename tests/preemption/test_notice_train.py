@@ -29,11 +29,15 @@ def test_a_run_that_honours_the_notice_moves_before_the_kill(
     # max_failures=0: the early restart is a preemption (max_preemption_failures, -1 by
     # default), not a worker-group failure; counted as one, it would end the run.
     run = drain_and_kill(cluster, tmp_path, ladder_report=True, max_failures=0)
-    assert run.first["time"] < run.killed_at, "moved only at the kill"
+    summary = run.result.ladder
+    # The move is the ladder's: the h100x2 group stops at the notice's checkpoint and the
+    # run asks for a100x2, both before the kill. How long Ray then takes to start two
+    # worker processes is the machine's (11 s once in CI beside other Ray work), so the
+    # first a100x2 step is reported, not asserted before the kill.
+    assert summary.events[1]["time"] < run.killed_at, "moved only at the kill"
     assert run.lost == 0, "steps lost"  # resumed from the last step run on h100x2
     at = next(e for e in run.entries if e["rung"] == "h100x2" and e["step"] == run.last_top)
-    assert at["time"] > run.notice_at  # checkpointed on the notice
-    summary = run.result.ladder
+    assert run.notice_at < at["time"] < run.killed_at  # checkpointed on the notice
     assert summary.path == ["h100x2", "a100x2"]
     assert summary.spans[0].ended_by == "preempted"
     reason = summary.events[1]["reason"]
