@@ -256,6 +256,16 @@ def while_noticed(state: RunState, *, parked: int | None) -> Step:
 RECLAIM_NOTICE = "reclaim notice"
 
 
+def budget_reason(team: str) -> str:
+    """Why a group left a rung its team's spent ``demote`` budget takes (span and event).
+
+    Example:
+        >>> budget_reason("d")
+        "team d's budget is spent (demote): moved at a committed checkpoint"
+    """
+    return f"team {team}'s budget is spent (demote): moved at a committed checkpoint"
+
+
 def on_reclaim(state: RunState, *, going: bool, deadline: float | None,
                parked: int | None, target: str | None) -> Step:
     """A run bound to a fleet team read its grants while its group runs (``going``: a

@@ -18,7 +18,7 @@ from ray_ladder.core.placement import NodeState
 from ray_ladder.core.spec import Ladder
 from ray_ladder.train import lifecycle
 from ray_ladder.train.channel import Channel
-from ray_ladder.train.gang import gang_size, worker_demand
+from ray_ladder.train.gang import Held, gang_size, worker_demand
 from ray_ladder.train.history import LadderSummary, TrainSpan, close_last, with_nodes
 from ray_ladder.train.planner import GangPlanner
 from ray_ladder.train.team import TeamRun
@@ -116,6 +116,7 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         self.summary = LadderSummary(spec.ladder.name, self.planner.top)
         self._why_next = "first placement"
         self._cause_next: TransitionCause = "first"  # the cause that goes with _why_next
+        self._down_why = ""  # why the group being resized down ended, when not a reclaim
         self.team = TeamRun.of(spec.team, spec.run_name or spec.run_id, self.planner,
                                self.channel)
 
@@ -130,7 +131,8 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         now = self._clock()
         self.suspects = {n: t for n, t in self.suspects.items() if t > now}
         placement = self.planner.place(self._nodes(), now, held=self.held,
-                                       exclude=set(self.suspects), deny=self._denied(None))
+                                       exclude=set(self.suspects),
+                                       deny=self._denied(None, self.held))
         if placement.rung is None:
             return self._wait(placement.capacity, now)
         free = ", ".join(placement.free()) or "none"
@@ -154,7 +156,7 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
             target = climb.to
             capacity = self.planner.capacity(self._nodes(), held=self.held)[target]
             step = lifecycle.at_climb(climb, obtainable=capacity.obtainable
-                                      and target not in self._denied(self.placed))
+                                      and target not in self._denied(self.placed, self.held))
             self.state = step.state
             if step.kind == "move":
                 self._move(target, f"climb at checkpoint; {target} obtainable for "
@@ -168,7 +170,7 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         if not lifecycle.probe_due(self.state, now, self.spec.ladder.policy.probe_interval_s):
             return ray_train.train_decision()
         better = self.planner.observe(self._nodes(), now, placed=self.placed, held=self.held,
-                                      deny=self._denied(self.placed))
+                                      deny=self._denied(self.placed, self.held))
         step = lifecycle.on_probe(self.state, now, better)
         self.state = step.state
         if step.kind == "cancel":
@@ -224,9 +226,10 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         elif name == "RESCHEDULING":
             self._why_next = f"{self.placed} could not be scheduled"
             self._cause_next = "other"
-        elif name == "RESIZING":  # a climb, or a move off a team's reclaimed units
-            close_last(spans, wall, lifecycle.resized(spans[-1].rung if spans else None,
-                                                      str(self.placed), self.planner.eligible))
+        elif name == "RESIZING":  # a climb, a move off reclaimed units or a spent budget
+            close_last(spans, wall, self._down_why or lifecycle.resized(
+                spans[-1].rung if spans else None, str(self.placed), self.planner.eligible))
+            self._down_why = ""
         elif name == "SHUTTING_DOWN":
             close_last(spans, wall, "completed" if following == "FINISHED" else "failed")
         elif name in ("ERRORED", "ABORTED", "FINISHED"):
@@ -249,16 +252,23 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
 
     # --- internals -------------------------------------------------------------------------
 
-    def _denied(self, placed: str | None) -> frozenset[str]:
-        """The team's shared rungs the run may not take now (it reports its demand)."""
-        return self.team.denied(placed) if self.team is not None else frozenset()
+    def _denied(self, placed: str | None, held: Held) -> frozenset[str]:
+        """The team's rungs the run may not take now: shared ones not granted, those its
+        spent budget takes (it reports its demand)."""
+        if self.team is None:
+            return frozenset()
+        return self.team.denied(placed, self.planner.capacity(self._safe_nodes(), held=held))
 
     def _reclaim(self, team: TeamRun, placed: str) -> Any | None:
         """A reclaim notice on the team's units moves the group at its next checkpoint."""
         step = team.step(self.state, placed, self._safe_nodes(), self.held, self._clock())
         if step.kind == "move":
-            reason = lifecycle.reclaim_reason(team.team, self.state, self._wall())
-            self._move(step.rung, f"{placed} {reason}", "preemption_notice")
+            if team.demoting:  # as the other ladders say it: the rung is unobtainable
+                self._down_why = lifecycle.budget_reason(team.team)
+                self._move(step.rung, f"{placed} unobtainable: {self._down_why}", "lost")
+            else:
+                reason = lifecycle.reclaim_reason(team.team, self.state, self._wall())
+                self._move(step.rung, f"{placed} {reason}", "preemption_notice")
             return self._resize(step.rung)
         self.state = step.state
         return ray_train.train_decision() if isinstance(self.state, lifecycle.Noticed) else None

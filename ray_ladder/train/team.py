@@ -1,27 +1,36 @@
-"""A Train run bound to a fleet team: its grants as gang limits, its demand, its reclaim move.
+"""A Train run bound to a fleet team: its grants as gang limits, its demand, its reclaim move,
+and its spent budget's demotion.
 
 :class:`~ray_ladder.train.LadderScalingPolicy` keeps one :class:`TeamRun` when the run
 is bound to a team (``LadderTrainer(team=)``). A rung a gang runs on is one unit of the
 fleet's shared rung of the same name per worker. The rules are pure
-(:func:`gang_limits`, :func:`ray_ladder.core.teamwork.wanted_units` and
-:func:`ray_ladder.train.lifecycle.on_reclaim`); this class reads the team's grants entry,
-reports the run's demand at most once a second and asks the planner where to move.
+(:func:`gang_limits`, :func:`budget_taken`, :func:`ray_ladder.core.teamwork.wanted_units`
+and :func:`ray_ladder.train.lifecycle.on_reclaim`); this class reads the team's grants
+entry, reports the run's demand at most once a second and asks the planner where to move.
+A rung the team's spent ``demote`` budget takes is left the way a reclaimed one is: the
+workers stop at their next checkpoint and the group restarts on the rung that fits.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ray_ladder.cluster.grants import GrantReader, GrantSource, report_demand
+from ray_ladder.cluster.grants import (
+    GrantReader,
+    GrantSource,
+    budget_hold,
+    budget_rungs,
+    report_demand,
+)
 from ray_ladder.core.placement import NodeState
 from ray_ladder.core.teamwork import wanted_units
 from ray_ladder.train import lifecycle
 from ray_ladder.train.channel import Channel
-from ray_ladder.train.gang import Held, gang_size
+from ray_ladder.train.gang import GangCapacity, Held, gang_size
 from ray_ladder.train.planner import GangPlanner
 
 logger = logging.getLogger(__name__)
@@ -73,6 +82,29 @@ def gang_limits(entry: Mapping[str, Any] | None, gangs: Mapping[str, int],
     return GangLimits(frozenset(denied), going, deadline)
 
 
+def budget_taken(entry: Mapping[str, Any] | None, costs: Mapping[str, float],
+                 eligible: Sequence[str], fits: Mapping[str, bool],
+                 placed: str | None) -> frozenset[str]:
+    """The rungs a spent ``demote`` budget in the team's grants ``entry`` takes from a run
+    (the one rule, :func:`~ray_ladder.cluster.grants.budget_rungs`, over ``eligible``
+    with ``fits``: whose gang fits now; the running group's rung ``placed`` counts as
+    fitting). ``queue`` and ``reject`` take nothing from a Train run (docs/teams.md).
+
+    Example:
+        >>> entry = {"team": "d", "budget": "demote"}
+        >>> costs = {"a100": 4.0, "cpu": 0.5}
+        >>> sorted(budget_taken(entry, costs, ["a100", "cpu"], {"cpu": True}, "a100"))
+        ['a100']
+        >>> budget_taken(entry, costs, ["a100", "cpu"], {"cpu": False}, "a100")
+        frozenset()
+    """
+    hold = budget_hold(entry)
+    if hold is None or hold.action != "demote":
+        return frozenset()
+    obtainable = {**fits, **({placed: True} if placed else {})}
+    return frozenset(budget_rungs(hold.action, costs, eligible, obtainable))
+
+
 class TeamRun:
     """One Train run of a fleet team: reads the team's grants, reports its demand, and
     asks its workers to stop at their next checkpoint on a reclaim notice.
@@ -102,6 +134,9 @@ class TeamRun:
         self._reported_at = float("-inf")
         self.gangs = {name: gang_size(planner.train_ladder.rung(name))
                       for name in planner.eligible}
+        self.costs = {r.name: r.cost_per_hour for r in planner.train_ladder.rungs}
+        #: The last move asked for was off a rung the spent budget takes (not a reclaim).
+        self.demoting = False
 
     @classmethod
     def of(cls, team: str | None, run: str, planner: GangPlanner,
@@ -109,20 +144,32 @@ class TeamRun:
         """The run's team part (``None``: the run is bound to no team)."""
         return None if team is None else cls(team, f"train:{run}", planner, channel)
 
-    def denied(self, placed: str | None) -> frozenset[str]:
-        """The team's shared rungs the run may not take now (:attr:`GangLimits.denied`),
-        ``placed``'s group running (``None``: none); reports the run's demand first."""
+    def denied(self, placed: str | None,
+               capacity: Mapping[str, GangCapacity]) -> frozenset[str]:
+        """The team's rungs the run may not take now: its shared rungs without enough
+        units granted (:attr:`GangLimits.denied`) and those its spent budget takes
+        (:func:`budget_taken`, ``capacity``: the planner's, now), ``placed``'s group
+        running (``None``: none); reports the run's demand first."""
         self.report(placed)
-        return self.limits(placed).denied
+        entry = self._entry()
+        return (gang_limits(entry, self.gangs, placed).denied
+                | self._budget(entry, placed, capacity))
 
     def limits(self, placed: str | None) -> GangLimits:
         """The team's grants as limits now (the last entry read while the arbiter is down)."""
+        return gang_limits(self._entry(), self.gangs, placed)
+
+    def _entry(self) -> Mapping[str, Any] | None:
         try:
-            entry = self._grants(self.team)
+            return self._grants(self.team)
         except Exception:  # the KV may be slow; no entry read is no limit
             logger.debug("grants read failed", exc_info=True)
-            entry = None
-        return gang_limits(entry, self.gangs, placed)
+            return None
+
+    def _budget(self, entry: Mapping[str, Any] | None, placed: str | None,
+                capacity: Mapping[str, GangCapacity]) -> frozenset[str]:
+        fits = {name: c.obtainable for name, c in capacity.items()}
+        return budget_taken(entry, self.costs, self.planner.eligible, fits, placed)
 
     def report(self, placed: str | None) -> None:
         """Tell the arbiter what the run wants (at most every ``DEMAND_EVERY_S``): its
@@ -142,17 +189,25 @@ class TeamRun:
     def step(self, state: lifecycle.RunState, placed: str, nodes: Iterable[NodeState],
              held: Held, now: float) -> lifecycle.Step:
         """While ``placed``'s group runs: the reclaim step (:func:`lifecycle.on_reclaim`),
-        its target the best eligible rung whose gang fits now, the team's denied rungs and
-        ``placed`` left out. A ``notice`` or ``cancel`` is written to the workers here;
-        the caller acts on a ``move``."""
+        going when a reclaim notice stands or the spent budget takes ``placed``
+        (:attr:`demoting`), its target the best eligible rung whose gang fits now, the
+        team's denied and budget-taken rungs and ``placed`` left out. A ``notice`` or
+        ``cancel`` is written to the workers here; the caller acts on a ``move``."""
         self.report(placed)
-        limits = self.limits(placed)
+        entry = self._entry()
+        limits = gang_limits(entry, self.gangs, placed)
+        nodes = list(nodes)
+        taken = self._budget(entry, placed, self.planner.capacity(nodes, held=held))
+        demoted = placed in taken
+        going = limits.going or demoted
         parked = self.channel.parked() if lifecycle.awaits_park(state) else None
         target = None
-        if limits.going or isinstance(state, lifecycle.Noticed):
-            target = self.planner.place(list(nodes), now, held=held,
-                                        deny=limits.denied | {placed}).rung
-        step = lifecycle.on_reclaim(state, going=limits.going, deadline=limits.deadline,
+        if going or isinstance(state, lifecycle.Noticed):
+            target = self.planner.place(nodes, now, held=held,
+                                        deny=limits.denied | taken | {placed}).rung
+        self.demoting = demoted and not limits.going
+        step = lifecycle.on_reclaim(state, going=going,
+                                    deadline=limits.deadline if limits.going else None,
                                     parked=parked, target=target)
         if step.kind == "notice":
             self.channel.ask_climb(step.request, step.rung, notice=True)

@@ -15,7 +15,9 @@ Phases:
 * ``parked``: held PAUSED by the ladder until a rung has a free placement for it;
 * ``climbing``: paused by the ladder at a checkpoint, to move to a better rung;
 * ``leaving``: paused by the ladder at a checkpoint, to leave a rung going away (a
-  preemption notice).
+  preemption notice);
+* ``demoting``: paused by the ladder at a checkpoint, to leave a rung its team's spent
+  ``demote`` budget takes (docs/teams.md, "Budgets").
 """
 
 from __future__ import annotations
@@ -27,20 +29,26 @@ from typing import Literal
 from ray_ladder.core.events import TransitionCause
 from ray_ladder.core.placement import PREEMPTION_NOTICE
 
-Phase = Literal["placed", "pending", "to_park", "parked", "climbing", "leaving"]
+Phase = Literal["placed", "pending", "to_park", "parked", "climbing", "leaving",
+                "demoting"]
 
 #: The phases in which the ladder itself holds the trial PAUSED until a rung is free.
-HELD: frozenset[Phase] = frozenset({"parked", "climbing", "leaving"})
+HELD: frozenset[Phase] = frozenset({"parked", "climbing", "leaving", "demoting"})
+#: Why a trial's span ends, and why it is placed again, when its team's spent budget
+#: takes its rung (the Serve and task ladders say the same: the rung is unobtainable).
+BUDGET_DEMOTED = "its team's budget is spent (demote)"
 
 _RESUMED_BECAUSE: dict[Phase, str] = {
     "parked": "capacity free",
     "climbing": "climb at checkpoint",
     "leaving": PREEMPTION_NOTICE,
+    "demoting": BUDGET_DEMOTED,
 }
 _RESUMED_CAUSE: dict[Phase, TransitionCause] = {
     "parked": "promoted",
     "climbing": "promoted",
     "leaving": "preemption_notice",
+    "demoting": "lost",
 }
 
 
@@ -50,7 +58,8 @@ class Move:
 
     Attributes:
         kind: ``stay`` (go on where it is), ``climb`` (pause, to move to a better rung)
-            or ``leave`` (pause, to move off its rung, which is going away).
+            or ``leave`` (pause, to move off its rung, which is going away or which its
+            team's spent budget takes).
         phase: The trial's phase after it (unchanged for ``stay``).
         ended_by: Why its span on the rung ends (``""`` for ``stay``).
         release: Its own placement counts as free for its next placement (a climb: it
@@ -68,26 +77,33 @@ class Move:
 
 
 def at_checkpoint(phase: Phase, placed: str | None, target: str | None, *,
-                  going: bool, order: Sequence[str]) -> Move:
+                  going: bool, order: Sequence[str], demoted: bool = False) -> Move:
     """The move of a trial on ``placed`` at a checkpoint, the selector saying ``target``
-    (``going``: its rung is going away; ``order``: the ladder's rung names, best first).
+    (``going``: its rung is going away; ``demoted``: its team's spent budget takes its
+    rung; ``order``: the ladder's rung names, best first).
 
     Rules, first match wins:
 
     1. no rung or no target, or the target is where it is: ``stay``;
     2. its rung is going away (a preemption notice): ``leave``, to wherever the target
        is, lower included;
-    3. the target is lower (a fall is the failure path's, not a checkpoint's): ``stay``;
-    4. otherwise the target is better: ``climb``.
+    3. its team's spent budget takes its rung: ``leave`` (``demoting``), the same way;
+    4. the target is lower (a fall is the failure path's, not a checkpoint's): ``stay``;
+    5. otherwise the target is better: ``climb``.
 
     Example:
         >>> at_checkpoint("placed", "a100", "h100", going=False, order=["h100", "a100"]).kind
         'climb'
+        >>> at_checkpoint("placed", "a100", "cpu", going=False, demoted=True,
+        ...               order=["h100", "a100", "cpu"]).phase
+        'demoting'
     """
     if placed is None or target is None or target == placed:
         return Move("stay", phase)
     if going:
         return Move("leave", "leaving", PREEMPTION_NOTICE)
+    if demoted:
+        return Move("leave", "demoting", BUDGET_DEMOTED)
     if order.index(target) > order.index(placed):
         return Move("stay", phase)
     return Move("climb", "climbing", f"climbed to {target}", release=True)
@@ -171,4 +187,4 @@ def on_error(phase: Phase) -> Phase:
         >>> on_error("leaving")
         'placed'
     """
-    return "placed" if phase in ("pending", "climbing", "leaving") else phase
+    return "placed" if phase in ("pending", "climbing", "leaving", "demoting") else phase

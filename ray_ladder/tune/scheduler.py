@@ -43,6 +43,8 @@ class LadderScheduler(TrialScheduler):
       obtainable at that moment and restored from its last checkpoint there.
     * **Notice**: its rung going away (a drain; a reclaim of its team's units), it moves at
       its next checkpoint (:func:`ray_ladder.tune.should_checkpoint` asks), before the kill.
+      A rung its team's spent ``demote`` budget takes is left the same way, at its next
+      checkpoint, for the cheapest rung it may use.
     * **Climb**: once a better rung has been free for ``promotion_hysteresis`` observations
       (every ``probe_interval_s``), the trial is paused on its next result that carries a
       checkpoint, re-placed, and resumed from that checkpoint: never mid-step.
@@ -184,8 +186,10 @@ class LadderScheduler(TrialScheduler):
             return decision
         self._tick(tune_controller, self._clock())
         target, placed = state.selector.current, state.placed
-        going = self._team.going(self._view(state.spec).snap, state)
-        move = lifecycle.at_checkpoint(state.phase, placed, target, going=going,
+        snap = self._view(state.spec).snap
+        move = lifecycle.at_checkpoint(state.phase, placed, target,
+                                       going=self._team.going(snap, state),
+                                       demoted=self._team.demoted(snap, state),
                                        order=state.spec.trial_ladder.names)
         if move.kind == "stay":
             return decision
@@ -307,8 +311,9 @@ class LadderScheduler(TrialScheduler):
                     and view.node_alive(state.released[1])):
                 free += 1  # its own placement there is being given back
             out[name] = self._team.free(snap, state, name, free) > 0
-        if running and state.placed and not self._team.going(snap, state):
-            out[state.placed] = True  # its own placement (not when its nodes drain)
+        if (running and state.placed and not self._team.going(snap, state)
+                and not self._team.demoted(snap, state)):
+            out[state.placed] = True  # its own placement (not when it drains or is demoted)
         return out
 
     def _decide(self, state: TrialState, now: float) -> str | None:

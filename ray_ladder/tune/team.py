@@ -6,7 +6,8 @@ trials hold which rung and reports each team-bound trainable's demand (at most o
 second). The scheduler then asks the book how many placements the team's grants leave a
 trial (:meth:`TeamBook.free`) and whether its rung is going away for it
 (:meth:`TeamBook.going`: a drain, a reclaim notice on all the team's units there, or
-more of the team's trials there than the units granted and not reclaimed).
+more of the team's trials there than the units granted and not reclaimed) or taken by the
+team's spent ``demote`` budget (:meth:`TeamBook.demoted`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ray_ladder.cluster.capacity import CapacitySnapshot
-from ray_ladder.cluster.grants import report_demand
+from ray_ladder.cluster.grants import budget_rungs, report_demand
 from ray_ladder.core.teamwork import wanted_units
 from ray_ladder.tune._state import TrialState
 from ray_ladder.tune.lifecycle import HELD
@@ -84,12 +85,15 @@ class TeamBook:
 
     def free(self, snap: CapacitySnapshot, state: TrialState, rung: str, free: int) -> int:
         """Placements ``state``'s trial may take on ``rung`` (``free``: what the nodes
-        leave it): none on a rung the team's view holds back, else no more than the
+        leave it): none on a rung the team's view holds back or its spent budget takes
+        (:meth:`budget_taken`), else no more than the
         team's units granted and not reclaimed there, less those the team's other trials
         of this run hold."""
         team = state.spec.team
         if team is not None and rung in snap.held and not snap.obtainable.get(rung):
             return 0  # held back for the team (no grant, a spent budget's demotion...)
+        if rung in self.budget_taken(snap, state):
+            return 0  # dearer than the floor of what it may use, its own rung counted
         granted = snap.granted.get(rung)
         if team is None or granted is None:
             return free
@@ -111,3 +115,26 @@ class TeamBook:
             return False
         there = self._on.get(team, {}).get(placed, [])
         return state.trial_id in there[max(0, granted):]
+
+    def demoted(self, snap: CapacitySnapshot, state: TrialState) -> bool:
+        """Whether the team's spent ``demote`` budget takes the trial's rung
+        (:meth:`budget_taken`): it then leaves at its next checkpoint for the cheapest
+        rung it may use."""
+        return state.placed is not None and state.placed in self.budget_taken(snap, state)
+
+    @staticmethod
+    def budget_taken(snap: CapacitySnapshot, state: TrialState) -> frozenset[str]:
+        """The rungs the team's spent ``demote`` budget takes from the trial: the one
+        rule, :func:`~ray_ladder.cluster.grants.budget_rungs`, over the trial's eligible
+        compute rungs, its own rung counted obtainable (the view counts a rung the trial
+        fills as busy, which would make a dearer free rung the floor and pull the trial
+        back up to it)."""
+        hold, placed = snap.budget, state.placed
+        if hold is None or hold.action != "demote":
+            return frozenset()
+        ladder = state.spec.trial_ladder
+        eligible = [r.name for r in ladder.rungs
+                    if r.is_compute and r.name in state.selector.eligible]
+        costs = {r.name: r.cost_per_hour for r in ladder.rungs}
+        obtainable = {**snap.obtainable, **({placed: True} if placed else {})}
+        return frozenset(budget_rungs(hold.action, costs, eligible, obtainable))

@@ -1,12 +1,14 @@
 """Budgets on a LocalCluster behind the fleet arbiter (issue 28): a Serve app of a team
-with a tiny budget falls to its cheap rung once the budget is spent (demote), and a
-reject team's app answers 429 with Retry-After to the window's end."""
+with a tiny budget falls to its cheap rung once the budget is spent (demote), a reject
+team's app answers 429 with Retry-After to the window's end, and a running Tune trial of
+a team whose budget runs out leaves its dearer rung at its next checkpoint."""
 
 from __future__ import annotations
 
 import sys
 import threading
 import time
+from pathlib import Path
 
 import cloudpickle
 import httpx
@@ -15,7 +17,9 @@ import ray
 from ray import serve
 
 from ray_ladder import Ladder
+from ray_ladder.cluster import grants
 from ray_ladder.core.fleet import Fleet
+from ray_ladder.demo.teams.checkpoint import EVERY, read_steps, runs, steps_lost, tune_fn
 from ray_ladder.fleet import start_arbiter
 from ray_ladder.fleet.budget_watch import exhausted_to_demoted_s, read_entry, spent_at
 from ray_ladder.serve import build_app
@@ -42,6 +46,24 @@ rungs: {h100: {resources: {ladder/h100: 1}, cost_per_hour: 3600}}
 teams:
   - {name: b, quota: {h100: 1}, budget: {max_cost: 12, window_s: 3600, on_exhausted: demote}}
   - {name: c, quota: {h100: 1}, budget: {max_cost: 2, window_s: 3600, on_exhausted: reject}}
+  - {name: d, quota: {h100: 1}, budget: {max_cost: 3, window_s: 3600, on_exhausted: demote}}
+  - {name: e, quota: {h100: 1}, budget: {max_cost: 3, window_s: 3600, on_exhausted: demote}}
+""")
+#: Team d's Tune trials: a dearer rung, then the cheap one (neither is the shared h100).
+TRIAL = Ladder.from_yaml("""
+name: budgeted-trial
+policy: {probe_interval_s: 0.25}
+rungs:
+  - {name: a100, resources: {ladder/a100: 1}, cost_per_hour: 4}
+  - {name: cpu, resources: {ladder/cpu: 1}, cost_per_hour: 0.5}
+""")
+#: Team e's Train runs: the same two rungs, one worker each.
+TRAIN = Ladder.from_yaml("""
+name: budgeted-run
+policy: {probe_interval_s: 0.25}
+rungs:
+  - {name: a100, resources: {ladder/a100: 1}, cost_per_hour: 4, train: {workers: 1}}
+  - {name: cpu, resources: {ladder/cpu: 1}, cost_per_hour: 0.5, train: {workers: 1}}
 """)
 SLOW = 180
 
@@ -55,6 +77,36 @@ class Model:
 
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray Train's workers
+
+
+def train_fn(config: dict) -> None:
+    """Steps of 0.1 s in a Ray Train worker, a checkpoint every EVERY steps."""
+    import json
+    import os
+    import tempfile
+    import uuid
+    from pathlib import Path
+
+    import ray.train
+
+    import ray_ladder.train as lt
+    from ray_ladder.demo.teams.checkpoint import log_step
+
+    run, step = uuid.uuid4().hex, 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d:
+            step = json.loads(Path(d, "state.json").read_text())["step"]
+    resumed_from, rung = step, lt.current_rung().name
+    while not os.path.exists(config["stop"]):
+        time.sleep(0.1)
+        step += 1
+        log_step(config["log"], run, step, rung, resumed_from)
+        if step % EVERY == 0:
+            with tempfile.TemporaryDirectory() as d:
+                Path(d, "state.json").write_text(json.dumps({"step": step}))
+                lt.report({"step": step}, checkpoint=ray.train.Checkpoint.from_directory(d))
 
 
 @pytest.fixture(scope="module")
@@ -132,3 +184,95 @@ def test_a_spent_demote_budget_falls_to_the_cheap_rung_and_reject_answers_429(cl
     assert abs(int(r.headers["retry-after"]) - (until - time.time())) < 30
     body = r.json()
     assert body["team"] == "c" and body["attempts"][-1]["cause"] == "budget"
+
+
+def test_a_running_trial_leaves_the_rung_a_spent_budget_takes_at_its_checkpoint(
+        cluster, tmp_path: Path) -> None:
+    from ray import tune
+
+    from ray_ladder.tune import Tuner, rung_history, with_ladder
+    from ray_ladder.tune.lifecycle import BUDGET_DEMOTED
+
+    log, flag = tmp_path / "steps.jsonl", tmp_path / "stop"
+    tuner = Tuner(with_ladder(tune_fn, TRIAL, team="d"), param_space={"log": str(log)},
+                  run_config=tune.RunConfig(
+                      storage_path=str(tmp_path / "results"), verbose=0,
+                      stop=lambda trial_id, result: flag.exists(),
+                      failure_config=tune.FailureConfig(max_failures=3)))
+    out: dict = {}
+    fit = threading.Thread(target=lambda: out.update(grid=tuner.fit()), daemon=True)
+    fit.start()
+    try:
+        spent, first = _spend_and_move("d", log)
+    finally:
+        flag.touch()
+        fit.join(120)
+        grants.report_demand("d", "spender", {})
+    assert not fit.is_alive()
+    _moved_at_a_checkpoint(log, spent, first)
+    result = out["grid"][0]
+    assert result.error is None
+    spans = rung_history(result)
+    assert [s.rung for s in spans] == ["a100", "cpu"], spans
+    assert spans[0].ended_by == BUDGET_DEMOTED
+
+
+def _spend_and_move(team: str, log: Path) -> tuple[float, dict]:
+    """Once the team's work steps on a100, its other work takes an h100 unit (1 a second
+    against a budget of 3): the time its budget was spent, and the first step on cpu."""
+    wait_until(lambda: sum(e["rung"] == "a100" for e in read_steps(log)) >= 5, SLOW,
+               0.1, f"{team}'s work steps on a100")
+    assert grants.budget_state(read_entry(team)) == "ok"
+    grants.report_demand(team, "spender", {"h100": 1})
+    spent = spent_at(team, timeout_s=SLOW)
+    first = wait_until(lambda: next((e for e in read_steps(log) if e["rung"] == "cpu"),
+                                    None), SLOW, 0.05, f"{team}'s work resumed on cpu")
+    wait_until(lambda: sum(e["rung"] == "cpu" and e["time"] > first["time"]
+                           for e in read_steps(log)) >= EVERY + 5, SLOW, 0.1,
+               "a checkpoint on cpu (its results carry the ladder's history)")
+    return spent, first
+
+
+def _moved_at_a_checkpoint(log: Path, spent: float, first: dict) -> None:
+    entries = read_steps(log)
+    last_a100 = max(e["step"] for e in entries if e["rung"] == "a100")
+    print(f"spent -> first cpu step {first['time'] - spent:.2f} s")
+    assert first["time"] > spent  # the budget moved it, nothing else
+    cut = [(r[0]["rung"], r[0]["resumed_from"], r[-1]["step"], round(r[0]["time"] - spent, 2),
+            round(r[-1]["time"] - spent, 2)) for r in runs(entries)]
+    assert first["resumed_from"] == last_a100, cut  # at a checkpoint: no step lost
+    assert steps_lost(entries) == 0 and len(runs(entries)) == 2
+    assert not [e for e in entries if e["rung"] == "a100" and e["time"] > first["time"]]
+
+
+def test_a_running_train_run_leaves_the_rung_a_spent_budget_takes_at_its_checkpoint(
+        cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ray.train.v2.api.config import FailureConfig, RunConfig
+
+    from ray_ladder.train import LadderTrainer
+    from ray_ladder.train.lifecycle import budget_reason
+
+    monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")  # the controller's poll
+    log, flag = tmp_path / "steps.jsonl", tmp_path / "stop"
+    trainer = LadderTrainer(
+        train_fn, ladder=TRAIN, team="e",
+        train_loop_config={"log": str(log), "stop": str(flag)},
+        run_config=RunConfig(name=f"budget-{tmp_path.name}", storage_path=str(tmp_path / "r"),
+                             failure_config=FailureConfig(max_failures=1)))
+    out: dict = {}
+    fit = threading.Thread(target=lambda: out.update(result=trainer.fit()), daemon=True)
+    fit.start()
+    try:
+        spent, first = _spend_and_move("e", log)
+    finally:
+        flag.touch()
+        fit.join(120)
+        grants.report_demand("e", "spender", {})
+    assert not fit.is_alive()
+    _moved_at_a_checkpoint(log, spent, first)
+    result = out["result"]
+    assert result.error is None
+    assert result.ladder.path == ["a100", "cpu"]
+    assert result.ladder.spans[0].ended_by == budget_reason("e")
+    event = result.ladder.events[-1]
+    assert event["cause"] == "lost" and "team e's budget is spent" in event["reason"]

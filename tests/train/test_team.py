@@ -21,7 +21,7 @@ from ray_ladder.train import lifecycle
 from ray_ladder.train import policy as policy_module
 from ray_ladder.train.lifecycle import Climbing, Noticed, Steady, on_reclaim
 from ray_ladder.train.policy import GroupWatch, LadderScalingPolicy, PolicySpec
-from ray_ladder.train.team import GangLimits, gang_limits
+from ray_ladder.train.team import GangLimits, budget_taken, gang_limits
 
 LADDER = Ladder.from_yaml("""
 name: team-gang
@@ -161,3 +161,70 @@ def test_a_withdrawn_notice_lets_the_workers_go_on(kv: dict[str, str]) -> None:
     cancelled = policy.channel.climb()
     assert cancelled is not None and cancelled.cancelled and cancelled.id == request.id
     assert isinstance(policy.state, Steady)
+
+
+COSTED = Ladder.from_yaml("""
+name: team-budget
+policy: {probe_interval_s: 0.001, promotion_hysteresis: 1}
+rungs:
+  - {name: a100, resources: {ladder/a100: 1}, train: {workers: 2}, cost_per_hour: 4}
+  - {name: cpu, resources: {ladder/cpu: 1}, train: {workers: 2}, cost_per_hour: 0.5}
+""")
+
+
+def test_budget_taken_is_the_one_budget_rule_with_the_running_rung_counted() -> None:
+    costs = {"a100": 4.0, "cpu": 0.5}
+    spent = {"team": "d", "budget": "demote", "budget_until": 99.0}
+    assert budget_taken(spent, costs, ["a100", "cpu"], {"a100": False, "cpu": True},
+                        "a100") == {"a100"}  # its own gang fills a100: still taken
+    assert budget_taken(spent, costs, ["a100", "cpu"], {"cpu": False}, "a100") == set()
+    for action in ("queue", "reject", "ok"):  # they act on new work, not on a run
+        assert budget_taken({**spent, "budget": action}, costs, ["a100", "cpu"],
+                            {"cpu": True}, "a100") == set()
+    assert budget_taken(None, costs, ["a100", "cpu"], {"cpu": True}, "a100") == set()
+
+
+def test_a_spent_demote_budget_moves_the_group_down_at_its_next_checkpoint(
+        kv: dict[str, str]) -> None:
+    nodes = FakeNodes()
+    nodes.add({"ladder/a100": 2}, node_id="a")
+    nodes.add({"ladder/cpu": 2}, node_id="c")
+    clock = iter(range(10_000))
+    policy = LadderScalingPolicy(SimpleNamespace(num_workers=2),
+                                 PolicySpec(COSTED, None, "run1", team="d"),
+                                 node_source=nodes, clock=lambda: float(next(clock)),
+                                 wall_clock=lambda: 1000.0)
+    policy._maybe_send_resource_request = lambda: None
+    policy_module._LIVE["run1"] = policy
+    entry: dict[str, Any] = {"team": "d", "budget": "ok", "rungs": {}}
+    assert policy.team is not None
+    policy.team._grants = lambda team: entry
+    policy.team._report = lambda team, user, wants: None
+    decision = policy.make_decision_for_non_running_worker_group()
+    assert decision.resources_per_worker == {"ladder/a100": 1.0}
+    _start(policy, decision, [("a", {"ladder/a100": 1.0})] * 2)
+    nodes.use("a", {"ladder/a100": 2})
+    running = SimpleNamespace(workers=[])
+    assert isinstance(policy.make_decision_for_running_worker_group(running, None),
+                      NoopDecision)
+    assert policy.channel.climb() is None
+    entry.update(budget="demote", budget_until=4600.0)  # d's window is spent
+    policy.make_decision_for_running_worker_group(running, None)
+    request = policy.channel.climb()
+    assert request is not None and request.to == "cpu"
+    kv["train/run1/parked"] = str(request.id)  # stopped at a committed checkpoint
+    decision = policy.make_decision_for_running_worker_group(running, None)
+    assert isinstance(decision, ResizeDecision)
+    assert decision.resources_per_worker == {"ladder/cpu": 1.0}
+    event = policy.summary.events[-1]
+    assert (event["from"], event["to"], event["cause"]) == ("a100", "cpu", "lost")
+    assert "team d's budget is spent (demote)" in event["reason"]
+    policy.after_controller_state_update(RunningState(), ResizingState(decision))
+    assert policy.summary.spans[0].ended_by == lifecycle.budget_reason("d")
+    # on cpu, a100 free again: no climb back while the budget stays spent
+    _start(policy, decision, [("c", {"ladder/cpu": 1.0})] * 2)
+    nodes.free("a", {"ladder/a100": 2})
+    nodes.use("c", {"ladder/cpu": 2})
+    for _ in range(3):
+        policy.make_decision_for_running_worker_group(running, None)
+    assert policy.channel.climb() is None or policy.channel.climb().cancelled

@@ -8,6 +8,7 @@ import pytest
 
 from ray_ladder.core.placement import PREEMPTION_NOTICE
 from ray_ladder.tune.lifecycle import (
+    BUDGET_DEMOTED,
     HELD,
     Move,
     Phase,
@@ -61,12 +62,13 @@ def test_no_rung_or_no_target_stays(placed: str | None, target: str | None) -> N
 # --- held by the ladder, and resumed ---------------------------------------------------------
 
 def test_the_ladder_holds_a_trial_parked_or_paused_for_a_move() -> None:
-    assert sorted(HELD) == ["climbing", "leaving", "parked"]
+    assert sorted(HELD) == ["climbing", "demoting", "leaving", "parked"]
 
 
 @pytest.mark.parametrize(("phase", "reason"), [("parked", "capacity free"),
                                                ("climbing", "climb at checkpoint"),
-                                               ("leaving", PREEMPTION_NOTICE)])
+                                               ("leaving", PREEMPTION_NOTICE),
+                                               ("demoting", BUDGET_DEMOTED)])
 def test_a_held_trial_is_placed_again_with_the_reason_it_was_held(phase: Phase,
                                                                   reason: str) -> None:
     assert resume_reason(phase) == reason
@@ -74,14 +76,16 @@ def test_a_held_trial_is_placed_again_with_the_reason_it_was_held(phase: Phase,
 
 @pytest.mark.parametrize(("phase", "cause"), [("parked", "promoted"),
                                               ("climbing", "promoted"),
-                                              ("leaving", "preemption_notice")])
+                                              ("leaving", "preemption_notice"),
+                                              ("demoting", "lost")])
 def test_a_resumed_trial_carries_its_cause_as_data(phase: Phase, cause: str) -> None:
     assert resume_cause(phase) == cause
 
 
 @pytest.mark.parametrize("phase", sorted(set(PHASES) - HELD))
 def test_only_a_held_trial_has_a_reason_to_be_resumed(phase: Phase) -> None:
-    with pytest.raises(ValueError, match="held phases: \\['climbing', 'leaving', 'parked'\\]"):
+    held = "held phases: \\['climbing', 'demoting', 'leaving', 'parked'\\]"
+    with pytest.raises(ValueError, match=held):
         resume_reason(phase)
     with pytest.raises(ValueError, match="held phases"):
         resume_cause(phase)

@@ -113,3 +113,60 @@ def test_going_away_moves_the_trial_at_its_checkpoint() -> None:
     move = lifecycle.at_checkpoint("placed", "h100", "a100", going=True,
                                    order=["h100", "a100"])
     assert move.kind == "leave" and not move.release
+
+
+BUDGETED = Ladder.from_yaml("""
+name: budgeted
+rungs:
+  - {name: h100, resources: {ladder/h100: 1}, cost_per_hour: 12}
+  - {name: a100, resources: {ladder/a100: 1}, cost_per_hour: 4}
+  - {name: cpu, resources: {ladder/cpu: 1}, cost_per_hour: 0.5}
+  - {name: shed, kind: shed}
+""")
+
+
+def _budget_snap(action: str, obtainable: dict[str, bool]) -> CapacitySnapshot:
+    from ray_ladder.cluster.grants import BudgetHold
+
+    rungs = {n: RungCapacity(n, 4, 4, 4) for n in ("h100", "a100", "cpu")}
+    return CapacitySnapshot(0.0, rungs, obtainable, budget=BudgetHold("b", action, 90.0))
+
+
+def test_a_spent_demote_budget_takes_a_running_trials_rung_above_the_floor() -> None:
+    spec = LadderTrialSpec.build(BUDGETED, None, 1, team="b")
+    book, _ = _book()
+    # the trial fills a100 (the view counts it busy); cpu has room: a100 is above the floor
+    on_a100 = _trial(spec, "t1", "a100")
+    full = {"h100": False, "a100": False, "cpu": True}
+    assert book.demoted(_budget_snap("demote", full), on_a100)
+    # nothing cheaper obtainable now: a100 is the floor, the trial stays
+    assert not book.demoted(_budget_snap("demote", {**full, "cpu": False}), on_a100)
+    assert not book.demoted(_budget_snap("demote", full), _trial(spec, "t2", "cpu"))
+    # queue and reject act on new work only; no budget spent, no move; no team, no move
+    assert not book.demoted(_budget_snap("queue", full), on_a100)
+    assert not book.demoted(CapacitySnapshot(0.0, {}, full), on_a100)
+
+
+def test_a_demoted_trial_leaves_at_its_checkpoint_with_the_budget_as_its_cause() -> None:
+    order = ["h100", "a100", "cpu"]
+    move = lifecycle.at_checkpoint("placed", "a100", "cpu", going=False, demoted=True,
+                                   order=order)
+    assert (move.kind, move.phase, move.ended_by) == (
+        "leave", "demoting", lifecycle.BUDGET_DEMOTED)
+    assert lifecycle.resume_cause("demoting") == "lost"  # as the Serve and task ladders
+    assert lifecycle.resume_reason("demoting") == lifecycle.BUDGET_DEMOTED
+    assert "demoting" in lifecycle.HELD and lifecycle.on_error("demoting") == "placed"
+    # not demoted: a lower target is the failure path's, the trial stays
+    assert lifecycle.at_checkpoint("placed", "a100", "cpu", going=False,
+                                   order=order).kind == "stay"
+
+
+def test_a_demoted_trial_does_not_climb_back_while_it_fills_the_floor() -> None:
+    spec = LadderTrialSpec.build(BUDGETED, None, 1, team="b")
+    book, _ = _book()
+    # on cpu, which it fills (the view: cpu busy, a100 free): a100 stays taken
+    on_cpu = _trial(spec, "t1", "cpu")
+    snap = _budget_snap("demote", {"h100": False, "a100": True, "cpu": False})
+    assert book.budget_taken(snap, on_cpu) == {"a100"}
+    assert book.free(snap, on_cpu, "a100", 1) == 0 and book.free(snap, on_cpu, "cpu", 0) == 0
+    assert not book.demoted(snap, on_cpu)
