@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import cloudpickle
 import httpx
@@ -19,7 +20,14 @@ from ray import serve
 from ray_ladder import Ladder
 from ray_ladder.cluster import grants
 from ray_ladder.core.fleet import Fleet
-from ray_ladder.demo.teams.checkpoint import EVERY, read_steps, runs, steps_lost, tune_fn
+from ray_ladder.demo.teams.checkpoint import (
+    EVERY,
+    read_steps,
+    runs,
+    steps_lost,
+    team_trainer,
+    tune_fn,
+)
 from ray_ladder.fleet import start_arbiter
 from ray_ladder.fleet.budget_watch import exhausted_to_demoted_s, read_entry, spent_at
 from ray_ladder.serve import build_app
@@ -77,36 +85,6 @@ class Model:
 
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray Train's workers
-
-
-def train_fn(config: dict) -> None:
-    """Steps of 0.1 s in a Ray Train worker, a checkpoint every EVERY steps."""
-    import json
-    import os
-    import tempfile
-    import uuid
-    from pathlib import Path
-
-    import ray.train
-
-    import ray_ladder.train as lt
-    from ray_ladder.demo.teams.checkpoint import log_step
-
-    run, step = uuid.uuid4().hex, 0
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as d:
-            step = json.loads(Path(d, "state.json").read_text())["step"]
-    resumed_from, rung = step, lt.current_rung().name
-    while not os.path.exists(config["stop"]):
-        time.sleep(0.1)
-        step += 1
-        log_step(config["log"], run, step, rung, resumed_from)
-        if step % EVERY == 0:
-            with tempfile.TemporaryDirectory() as d:
-                Path(d, "state.json").write_text(json.dumps({"step": step}))
-                lt.report({"step": step}, checkpoint=ray.train.Checkpoint.from_directory(d))
 
 
 @pytest.fixture(scope="module")
@@ -199,38 +177,38 @@ def test_a_running_trial_leaves_the_rung_a_spent_budget_takes_at_its_checkpoint(
                       storage_path=str(tmp_path / "results"), verbose=0,
                       stop=lambda trial_id, result: flag.exists(),
                       failure_config=tune.FailureConfig(max_failures=3)))
-    out: dict = {}
-    fit = threading.Thread(target=lambda: out.update(grid=tuner.fit()), daemon=True)
-    fit.start()
-    try:
-        spent, first = _spend_and_move("d", log)
-    finally:
-        flag.touch()
-        fit.join(120)
-        grants.report_demand("d", "spender", {})
-    assert not fit.is_alive()
-    _moved_at_a_checkpoint(log, spent, first)
-    result = out["grid"][0]
+    result = _spend_while_it_runs("d", log, flag, tuner.fit)[0]
     assert result.error is None
     spans = rung_history(result)
     assert [s.rung for s in spans] == ["a100", "cpu"], spans
     assert spans[0].ended_by == BUDGET_DEMOTED
 
 
-def _spend_and_move(team: str, log: Path) -> tuple[float, dict]:
-    """Once the team's work steps on a100, its other work takes an h100 unit (1 a second
-    against a budget of 3): the time its budget was spent, and the first step on cpu."""
-    wait_until(lambda: sum(e["rung"] == "a100" for e in read_steps(log)) >= 5, SLOW,
-               0.1, f"{team}'s work steps on a100")
-    assert grants.budget_state(read_entry(team)) == "ok"
-    grants.report_demand(team, "spender", {"h100": 1})
-    spent = spent_at(team, timeout_s=SLOW)
-    first = wait_until(lambda: next((e for e in read_steps(log) if e["rung"] == "cpu"),
-                                    None), SLOW, 0.05, f"{team}'s work resumed on cpu")
-    wait_until(lambda: sum(e["rung"] == "cpu" and e["time"] > first["time"]
-                           for e in read_steps(log)) >= EVERY + 5, SLOW, 0.1,
-               "a checkpoint on cpu (its results carry the ladder's history)")
-    return spent, first
+def _spend_while_it_runs(team: str, log: Path, flag: Path, fit: Any) -> Any:
+    """Run ``fit()`` in a thread; once the team's work steps on a100, its other work takes
+    an h100 unit (1 a second against a budget of 3); wait for the work to move to cpu and
+    check it moved at a checkpoint. ``fit()``'s result."""
+    out: dict = {}
+    thread = threading.Thread(target=lambda: out.update(result=fit()), daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: sum(e["rung"] == "a100" for e in read_steps(log)) >= 5, SLOW,
+                   0.1, f"{team}'s work steps on a100")
+        assert grants.budget_state(read_entry(team)) == "ok"
+        grants.report_demand(team, "spender", {"h100": 1})
+        spent = spent_at(team, timeout_s=SLOW)
+        first = wait_until(lambda: next((e for e in read_steps(log) if e["rung"] == "cpu"),
+                                        None), SLOW, 0.05, f"{team}'s work resumed on cpu")
+        wait_until(lambda: sum(e["rung"] == "cpu" and e["time"] > first["time"]
+                               for e in read_steps(log)) >= EVERY + 5, SLOW, 0.1,
+                   "a checkpoint on cpu (its results carry the ladder's history)")
+    finally:
+        flag.touch()
+        thread.join(120)
+        grants.report_demand(team, "spender", {})
+    assert not thread.is_alive()
+    _moved_at_a_checkpoint(log, spent, first)
+    return out["result"]
 
 
 def _moved_at_a_checkpoint(log: Path, spent: float, first: dict) -> None:
@@ -247,30 +225,11 @@ def _moved_at_a_checkpoint(log: Path, spent: float, first: dict) -> None:
 
 def test_a_running_train_run_leaves_the_rung_a_spent_budget_takes_at_its_checkpoint(
         cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ray.train.v2.api.config import FailureConfig, RunConfig
-
-    from ray_ladder.train import LadderTrainer
     from ray_ladder.train.lifecycle import budget_reason
 
     monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")  # the controller's poll
-    log, flag = tmp_path / "steps.jsonl", tmp_path / "stop"
-    trainer = LadderTrainer(
-        train_fn, ladder=TRAIN, team="e",
-        train_loop_config={"log": str(log), "stop": str(flag)},
-        run_config=RunConfig(name=f"budget-{tmp_path.name}", storage_path=str(tmp_path / "r"),
-                             failure_config=FailureConfig(max_failures=1)))
-    out: dict = {}
-    fit = threading.Thread(target=lambda: out.update(result=trainer.fit()), daemon=True)
-    fit.start()
-    try:
-        spent, first = _spend_and_move("e", log)
-    finally:
-        flag.touch()
-        fit.join(120)
-        grants.report_demand("e", "spender", {})
-    assert not fit.is_alive()
-    _moved_at_a_checkpoint(log, spent, first)
-    result = out["result"]
+    trainer, log, flag = team_trainer(TRAIN, "e", tmp_path)
+    result = _spend_while_it_runs("e", log, flag, trainer.fit)
     assert result.error is None
     assert result.ladder.path == ["a100", "cpu"]
     assert result.ladder.spans[0].ended_by == budget_reason("e")

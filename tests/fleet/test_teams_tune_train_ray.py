@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +22,10 @@ from ray_ladder.cluster import grants, ray_private
 from ray_ladder.core.fleet import Fleet
 from ray_ladder.demo.teams.checkpoint import (
     EVERY,
-    log_step,
     read_steps,
     runs,
     steps_lost,
+    team_trainer,
     tune_fn,
 )
 from ray_ladder.fleet import start_arbiter
@@ -55,28 +53,6 @@ SLOW = 60
 
 for _pickler in (cloudpickle, ray_cloudpickle):
     _pickler.register_pickle_by_value(sys.modules[__name__])
-
-
-def train_fn(config: dict) -> None:
-    """The same steps in a Ray Train worker, a checkpoint every EVERY steps."""
-    import ray.train
-
-    import ray_ladder.train as lt
-
-    run, step = uuid.uuid4().hex, 0
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as d:
-            step = json.loads(Path(d, "state.json").read_text())["step"]
-    resumed_from, rung = step, lt.current_rung().name
-    while not os.path.exists(config["stop"]):
-        time.sleep(0.1)
-        step += 1
-        log_step(config["log"], run, step, rung, resumed_from)
-        if step % EVERY == 0:
-            with tempfile.TemporaryDirectory() as d:
-                Path(d, "state.json").write_text(json.dumps({"step": step}))
-                lt.report({"step": step}, checkpoint=ray.train.Checkpoint.from_directory(d))
 
 
 def entry(team: str) -> dict:
@@ -178,17 +154,8 @@ def test_a_tune_trial_of_b_moves_off_a_reclaimed_unit_at_its_checkpoint(
 
 def test_a_train_run_of_b_moves_off_a_reclaimed_unit_at_its_checkpoint(
         cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ray.train.v2.api.config import FailureConfig, RunConfig
-
-    from ray_ladder.train import LadderTrainer
-
     monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")  # the controller's poll
-    log, flag = tmp_path / "steps.jsonl", tmp_path / "stop"
-    trainer = LadderTrainer(
-        train_fn, ladder=LADDER, team="b",
-        train_loop_config={"log": str(log), "stop": str(flag)},
-        run_config=RunConfig(name=f"team-{tmp_path.name}", storage_path=str(tmp_path / "r"),
-                             failure_config=FailureConfig(max_failures=1)))
+    trainer, log, flag = team_trainer(LADDER, "b", tmp_path)
     out: dict = {}
     fit = threading.Thread(target=lambda: out.update(result=trainer.fit()), daemon=True)
     fit.start()

@@ -78,13 +78,15 @@ def test_the_reclaim_rules() -> None:
     assert lifecycle.resized("a100", "h100", ["h100", "a100"]) == "climbed to h100"
 
 
-def _policy(entry: dict[str, Any], sent: list) -> tuple[LadderScalingPolicy, FakeNodes]:
+def _policy(entry: dict[str, Any], sent: list, ladder: Ladder = LADDER, team: str = "b",
+            nodes_of: dict[str, str] | None = None) -> tuple[LadderScalingPolicy, FakeNodes]:
+    """The policy of run1 (team ``team``) over FakeNodes: node id -> its rung's 2 units."""
     nodes = FakeNodes()
-    nodes.add({"ladder/h100": 2}, node_id="h")
-    nodes.add({"ladder/a100": 2}, node_id="a")
+    for node_id, rung in (nodes_of or {"h": "h100", "a": "a100"}).items():
+        nodes.add({f"ladder/{rung}": 2}, node_id=node_id)
     clock = iter(range(10_000))
     policy = LadderScalingPolicy(SimpleNamespace(num_workers=2),
-                                 PolicySpec(LADDER, None, "run1", team="b"),
+                                 PolicySpec(ladder, None, "run1", team=team),
                                  node_source=nodes, clock=lambda: float(next(clock)),
                                  wall_clock=lambda: 1000.0)
     policy._maybe_send_resource_request = lambda: None  # no autoscaler here
@@ -186,20 +188,8 @@ def test_budget_taken_is_the_one_budget_rule_with_the_running_rung_counted() -> 
 
 def test_a_spent_demote_budget_moves_the_group_down_at_its_next_checkpoint(
         kv: dict[str, str]) -> None:
-    nodes = FakeNodes()
-    nodes.add({"ladder/a100": 2}, node_id="a")
-    nodes.add({"ladder/cpu": 2}, node_id="c")
-    clock = iter(range(10_000))
-    policy = LadderScalingPolicy(SimpleNamespace(num_workers=2),
-                                 PolicySpec(COSTED, None, "run1", team="d"),
-                                 node_source=nodes, clock=lambda: float(next(clock)),
-                                 wall_clock=lambda: 1000.0)
-    policy._maybe_send_resource_request = lambda: None
-    policy_module._LIVE["run1"] = policy
     entry: dict[str, Any] = {"team": "d", "budget": "ok", "rungs": {}}
-    assert policy.team is not None
-    policy.team._grants = lambda team: entry
-    policy.team._report = lambda team, user, wants: None
+    policy, nodes = _policy(entry, [], COSTED, "d", {"a": "a100", "c": "cpu"})
     decision = policy.make_decision_for_non_running_worker_group()
     assert decision.resources_per_worker == {"ladder/a100": 1.0}
     _start(policy, decision, [("a", {"ladder/a100": 1.0})] * 2)
