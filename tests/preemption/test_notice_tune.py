@@ -67,11 +67,13 @@ def test_a_trial_that_honours_should_checkpoint_loses_no_step(local_cluster, tmp
         t0, notice_at = time.monotonic(), time.time()
         accepted, why = ray_private.drain_node(cluster.address, node.node_id, DEADLINE_S)
         assert accepted, why
-        first = wait_until(lambda: next((e for e in _read(log) if e["rung"] == "a100"), None),
-                           DEADLINE_S, 0.05, "the trial resumed on a100 before the deadline")
         wait_until(lambda: time.monotonic() >= t0 + DEADLINE_S, DEADLINE_S + 1, 0.02)
         cluster.remove_node(node)  # SIGKILL at the deadline
         killed_at = time.time()
+        # How soon Tune starts the trial's new actor is the machine's (over 8 s beside
+        # another Ray workload): the move itself is asserted below, before the kill.
+        first = wait_until(lambda: next((e for e in _read(log) if e["rung"] == "a100"), None),
+                           60, 0.05, "the trial resumed on a100")
         wait_until(lambda: sum(e["rung"] == "a100" and e["time"] > killed_at
                                for e in _read(log)) >= 3, 60, 0.05, "steps on a100 after it")
     finally:
@@ -84,10 +86,12 @@ def test_a_trial_that_honours_should_checkpoint_loses_no_step(local_cluster, tmp
           f"{last_top}, resumed from {first['resumed_from']}")
     assert first["resumed_from"] == last_top, "steps lost at the kill"
     at = next(e for e in entries if e["rung"] == "h100" and e["step"] == last_top)
-    assert at["time"] > notice_at  # checkpointed on the notice, not at an older interval
-    assert first["time"] < killed_at
+    # checkpointed on the notice (not at an older interval), before the kill
+    assert notice_at < at["time"] < killed_at
     result = out["grid"][0]
     assert result.error is None
     spans = rung_history(result)
     assert [s.rung for s in spans] == ["h100", "a100"]
+    # the ladder moved it off h100 at that checkpoint, before the kill (not "node lost")
     assert spans[0].ended_by == PREEMPTION_NOTICE
+    assert spans[0].end is not None and spans[0].end < killed_at
