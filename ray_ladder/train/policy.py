@@ -18,7 +18,7 @@ from ray_ladder.core.placement import NodeState
 from ray_ladder.core.spec import Ladder
 from ray_ladder.train import lifecycle
 from ray_ladder.train.channel import Channel
-from ray_ladder.train.gang import Held, gang_size, worker_demand
+from ray_ladder.train.gang import gang_size, worker_demand
 from ray_ladder.train.history import LadderSummary, TrainSpan, close_last, with_nodes
 from ray_ladder.train.planner import GangPlanner
 from ray_ladder.train.team import TeamRun
@@ -74,10 +74,8 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
     group runs, restarts it on a better rung once that has been obtainable for the
     hysteresis *and* the workers stopped at a committed checkpoint (``train.report``).
     On a preemption notice (Ray Train's ``PreemptingState``) it asks the workers to stop
-    at their next checkpoint the same way and, once they did, ends Ray Train's wait for
-    the drain's deadline, so the group restarts elsewhere before the kill.
-    Ray Train does the rest: worker group, placement group, restore from its latest
-    checkpoint, failure budget, preemption detection.
+    at their next checkpoint and, once they did, ends Ray Train's wait for the deadline;
+    Ray Train does the rest (worker group, placement group, restore, failure budget).
 
     Args:
         scaling_config: The top rung's ``ScalingConfig`` (what Ray Train asks the
@@ -85,8 +83,7 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         spec: The run's :class:`PolicySpec`.
         node_source: Node states (default: Ray's GCS view); ``nodes=``, its old name, warns.
         clock: Monotonic clock for the selector; ``wall_clock`` for history and events.
-        sleep: How the policy waits before it answers "no change" while no gang fits
-            (the decision only says how long); injectable for tests.
+        sleep: How it waits before answering "no change" while no gang fits (tests).
 
     Example:
         >>> policy = LadderScalingPolicy(top_config, PolicySpec(ladder, None, "run1"))
@@ -131,8 +128,7 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         now = self._clock()
         self.suspects = {n: t for n, t in self.suspects.items() if t > now}
         placement = self.planner.place(self._nodes(), now, held=self.held,
-                                       exclude=set(self.suspects),
-                                       deny=self._denied(None, self.held))
+                                       exclude=set(self.suspects), deny=self._denied(None))
         if placement.rung is None:
             return self._wait(placement.capacity, now)
         free = ", ".join(placement.free()) or "none"
@@ -156,7 +152,7 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
             target = climb.to
             capacity = self.planner.capacity(self._nodes(), held=self.held)[target]
             step = lifecycle.at_climb(climb, obtainable=capacity.obtainable
-                                      and target not in self._denied(self.placed, self.held))
+                                      and target not in self._denied(self.placed))
             self.state = step.state
             if step.kind == "move":
                 self._move(target, f"climb at checkpoint; {target} obtainable for "
@@ -170,7 +166,7 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         if not lifecycle.probe_due(self.state, now, self.spec.ladder.policy.probe_interval_s):
             return ray_train.train_decision()
         better = self.planner.observe(self._nodes(), now, placed=self.placed, held=self.held,
-                                      deny=self._denied(self.placed, self.held))
+                                      deny=self._denied(self.placed))
         step = lifecycle.on_probe(self.state, now, better)
         self.state = step.state
         if step.kind == "cancel":
@@ -252,23 +248,17 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
 
     # --- internals -------------------------------------------------------------------------
 
-    def _denied(self, placed: str | None, held: Held) -> frozenset[str]:
-        """The team's rungs the run may not take now: shared ones not granted, those its
-        spent budget takes (it reports its demand)."""
-        if self.team is None:
-            return frozenset()
-        return self.team.denied(placed, self.planner.capacity(self._safe_nodes(), held=held))
+    def _denied(self, placed: str | None) -> frozenset[str]:
+        """The team's rungs the run may not take now (:meth:`TeamRun.denied`)."""
+        return frozenset() if self.team is None else self.team.denied(
+            placed, self.planner.capacity(self._safe_nodes(), held=self.held))
 
     def _reclaim(self, team: TeamRun, placed: str) -> Any | None:
         """A reclaim notice on the team's units moves the group at its next checkpoint."""
         step = team.step(self.state, placed, self._safe_nodes(), self.held, self._clock())
         if step.kind == "move":
-            if team.demoting:  # as the other ladders say it: the rung is unobtainable
-                self._down_why = lifecycle.budget_reason(team.team)
-                self._move(step.rung, f"{placed} unobtainable: {self._down_why}", "lost")
-            else:
-                reason = lifecycle.reclaim_reason(team.team, self.state, self._wall())
-                self._move(step.rung, f"{placed} {reason}", "preemption_notice")
+            reason, cause, self._down_why = team.move_why(placed, self.state, self._wall())
+            self._move(step.rung, reason, cause)
             return self._resize(step.rung)
         self.state = step.state
         return ray_train.train_decision() if isinstance(self.state, lifecycle.Noticed) else None

@@ -26,6 +26,7 @@ from ray_ladder.cluster.grants import (
     budget_rungs,
     report_demand,
 )
+from ray_ladder.core.events import TransitionCause
 from ray_ladder.core.placement import NodeState
 from ray_ladder.core.teamwork import wanted_units
 from ray_ladder.train import lifecycle
@@ -185,6 +186,16 @@ class TeamRun:
             self._report(self.team, self.user, wants)
         except Exception:  # the arbiter's demand is advisory: never fail a run for it
             logger.debug("demand report failed", exc_info=True)
+
+    def move_why(self, placed: str, state: lifecycle.RunState,
+                 wall: float) -> tuple[str, TransitionCause, str]:
+        """The event reason, the cause and the span's end (``""``: the resize says) of
+        the move :meth:`step` asked for: off a rung the budget takes, or reclaimed."""
+        if self.demoting:  # as the other ladders say it: the rung is unobtainable
+            why = lifecycle.budget_reason(self.team)
+            return f"{placed} unobtainable: {why}", "lost", why
+        reason = lifecycle.reclaim_reason(self.team, state, wall)
+        return f"{placed} {reason}", "preemption_notice", ""
 
     def step(self, state: lifecycle.RunState, placed: str, nodes: Iterable[NodeState],
              held: Held, now: float) -> lifecycle.Step:

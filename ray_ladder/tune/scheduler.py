@@ -42,9 +42,8 @@ class LadderScheduler(TrialScheduler):
       it (``FailureConfig(max_failures>=1)``), it is re-placed on the best rung
       obtainable at that moment and restored from its last checkpoint there.
     * **Notice**: its rung going away (a drain; a reclaim of its team's units), it moves at
-      its next checkpoint (:func:`ray_ladder.tune.should_checkpoint` asks), before the kill.
-      A rung its team's spent ``demote`` budget takes is left the same way, at its next
-      checkpoint, for the cheapest rung it may use.
+      its next checkpoint (:func:`ray_ladder.tune.should_checkpoint` asks), before the kill;
+      so is a rung its team's spent ``demote`` budget takes.
     * **Climb**: once a better rung has been free for ``promotion_hysteresis`` observations
       (every ``probe_interval_s``), the trial is paused on its next result that carries a
       checkpoint, re-placed, and resumed from that checkpoint: never mid-step.

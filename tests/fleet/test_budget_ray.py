@@ -25,13 +25,13 @@ from ray_ladder.demo.teams.checkpoint import (
     read_steps,
     runs,
     steps_lost,
-    team_trainer,
     tune_fn,
 )
 from ray_ladder.fleet import start_arbiter
 from ray_ladder.fleet.budget_watch import exhausted_to_demoted_s, read_entry, spent_at
 from ray_ladder.serve import build_app
 from ray_ladder.testing import free_port, wait_until
+from tests.fleet._team_train import team_trainer
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 

@@ -25,11 +25,11 @@ from ray_ladder.demo.teams.checkpoint import (
     read_steps,
     runs,
     steps_lost,
-    team_trainer,
     tune_fn,
 )
 from ray_ladder.fleet import start_arbiter
 from ray_ladder.testing import wait_until
+from tests.fleet._team_train import team_trainer
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 
