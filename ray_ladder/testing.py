@@ -3,15 +3,14 @@ FakeNodes: the node table without one."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ray_ladder.cluster import ray_private
 from ray_ladder.cluster.fake_nodes import FakeNodes, rung_node
+from ray_ladder.cluster.local_processes import sigkill_node, start_with_retries
 from ray_ladder.core.spec import Ladder, Rung
 
 __all__ = ["FAST_HEALTH_CHECKS", "HEAD_TYPE", "NODE_TYPE_LABEL", "FakeNodes", "LocalCluster",
@@ -185,37 +184,43 @@ class LocalCluster:
         return self._cluster.address
 
     def start(self) -> LocalCluster:
-        """Start the head and the initial nodes; connect the driver if asked."""
+        """Start the head and the initial nodes; connect the driver if asked.
+
+        A start that Ray gives up on (see :data:`~ray_ladder.cluster.local_processes.
+        START_ATTEMPTS`) is stopped and tried again on a fresh port."""
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        return start_with_retries(self._start_once, "the local cluster")
+
+    def _start_once(self) -> LocalCluster:
         from ray.cluster_utils import Cluster
 
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         head = self.head_type
         port = self._pin_address()
-        self._cluster = Cluster(
-            initialize_head=True,
-            connect=False,
-            head_node_args={
-                "num_cpus": head.num_cpus,
-                "num_gpus": head.num_gpus,
-                "resources": dict(head.resources),
-                "labels": {NODE_TYPE_LABEL: HEAD_TYPE, **head.labels},
-                "object_store_memory": head.object_store_memory,
-                "include_dashboard": self.include_dashboard,
-                # The agent's port too: its default (52365) is taken by any other Ray
-                # cluster on the machine, and the Jobs API then has no agent to run on.
-                **({"dashboard_host": "127.0.0.1", "dashboard_port": free_port(),
-                    "dashboard_agent_listen_port": free_port()}
-                   if self.include_dashboard else {}),
-                "_system_config": self.system_config,
-                "gcs_server_port": port,
-            },
-        )
-        node = self._cluster.head_node
-        self.head = NodeHandle(HEAD_TYPE, node.node_id, node)
         try:
+            self._cluster = Cluster(
+                initialize_head=True,
+                connect=False,
+                head_node_args={
+                    "num_cpus": head.num_cpus,
+                    "num_gpus": head.num_gpus,
+                    "resources": dict(head.resources),
+                    "labels": {NODE_TYPE_LABEL: HEAD_TYPE, **head.labels},
+                    "object_store_memory": head.object_store_memory,
+                    "include_dashboard": self.include_dashboard,
+                    # The agent's port too: its default (52365) is taken by any other Ray
+                    # cluster on the machine, and the Jobs API then has no agent to run on.
+                    **({"dashboard_host": "127.0.0.1", "dashboard_port": free_port(),
+                        "dashboard_agent_listen_port": free_port()}
+                       if self.include_dashboard else {}),
+                    "_system_config": self.system_config,
+                    "gcs_server_port": port,
+                },
+            )
+            node = self._cluster.head_node
+            self.head = NodeHandle(HEAD_TYPE, node.node_id, node)
             for name, count in self.initial.items():
                 for _ in range(count):
-                    self.add_node(name, wait=False)
+                    self._add_node_once(name, wait=False)
             self._cluster.wait_for_nodes()
             if self.connect:
                 import ray
@@ -225,6 +230,7 @@ class LocalCluster:
                          log_to_driver=self.log_to_driver)
         except BaseException:
             self.shutdown()
+            self._unpin_address()
             raise
         return self
 
@@ -272,14 +278,18 @@ class LocalCluster:
     # --- nodes -------------------------------------------------------------------------
 
     def add_node(self, type: str, *, wait: bool = True) -> NodeHandle:
-        """Start one node of ``type`` (capacity returning). Main thread only (Ray's rule)."""
+        """Start one node of ``type`` (capacity returning). Main thread only (Ray's rule).
+
+        Tried again, as :meth:`start` is, when Ray gives up on the node's start."""
+        if type not in self.node_types:
+            raise ValueError(f"unknown node type {type!r}; known: {sorted(self.node_types)}")
+        return start_with_retries(lambda: self._add_node_once(type, wait=wait),
+                                  f"a {type} node")
+
+    def _add_node_once(self, type: str, *, wait: bool) -> NodeHandle:
         if self._cluster is None:
             raise RuntimeError("LocalCluster is not started")
-        try:
-            t = self.node_types[type]
-        except KeyError:
-            raise ValueError(f"unknown node type {type!r}; known: {sorted(self.node_types)}"
-                             ) from None
+        t = self.node_types[type]
         node = self._cluster.add_node(
             wait=wait,
             num_cpus=t.num_cpus,
@@ -302,7 +312,7 @@ class LocalCluster:
         if not handle.alive:
             raise ValueError(f"node {handle.node_id[:8]} ({handle.type}) is already removed")
         if not graceful:
-            _sigkill_node(handle._node)
+            sigkill_node(handle._node)
         self._cluster.remove_node(handle._node, allow_graceful=graceful)
         handle.alive = False
         self._nodes.remove(handle)
@@ -310,32 +320,6 @@ class LocalCluster:
     def nodes(self, type: str | None = None) -> list[NodeHandle]:
         """Alive worker nodes started here, optionally of one type."""
         return [h for h in self._nodes if type is None or h.type == type]
-
-
-def _sigkill_node(node: Any) -> None:
-    """SIGKILL a node's raylet and every process under it (its workers) at once.
-
-    A preempted VM loses all its processes in the same instant. ``Cluster.remove_node``
-    kills the raylet and the node's agents one by one and leaves the workers to notice
-    their raylet's death, so an actor there kept answering for about a second after
-    "the node died"; killing the whole process tree first makes the preemption real.
-    """
-    import signal
-
-    import psutil  # a dependency of Ray
-
-    procs: list[Any] = []
-    for info in ray_private.raylet_processes(node):
-        try:
-            raylet = psutil.Process(info.process.pid)
-            procs += [raylet, *raylet.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            continue
-    for proc in procs:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.send_signal(signal.SIGKILL)
-    # No wait here: the workers are not our children, so they stay zombies until init
-    # reaps them; Cluster.remove_node reaps the raylet, and the workers are gone already.
 
 
 def wait_until(condition: Any, timeout_s: float = 30.0, interval_s: float = 0.05,

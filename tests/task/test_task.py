@@ -168,6 +168,41 @@ def test_node_killed_under_the_task_reruns_on_next_rung(cluster, tmp_path):
         ensure_h100(cluster)
 
 
+def test_a_node_start_ray_gives_up_on_is_stopped_and_started_again(cluster, monkeypatch):
+    """On a CPU-starved machine Ray can give up on a healthy node's start (the raylet aborts
+    after ~15 s without its agent's port file); LocalCluster stops what that try left and
+    starts the node again, so the returning capacity still arrives."""
+    import psutil
+    from ray._private import node as ray_node
+
+    from ray_ladder.cluster import ray_private
+
+    real_init = ray_node.Node.__init__
+    failed: list[int] = []
+
+    def init_that_gives_up_once(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        if not failed and not self.head:
+            failed.append(ray_private.raylet_processes(self)[0].process.pid)
+            raise Exception("The current node timed out during startup.")  # Ray's own
+
+    cluster.remove_node(cluster.nodes("h100")[0])
+    monkeypatch.setattr(ray_node.Node, "__init__", init_that_gives_up_once)
+    try:
+        handle = cluster.add_node("h100")
+    finally:
+        monkeypatch.undo()
+        ensure_h100(cluster)
+    assert failed, "the first try did not start a node"
+    assert [h.node_id for h in cluster.nodes("h100")] == [handle.node_id]
+    wait_until(lambda: not psutil.pid_exists(failed[0])
+               or psutil.Process(failed[0]).status() == psutil.STATUS_ZOMBIE,
+               timeout_s=10, message="the failed try's raylet stopped")
+    alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    assert handle.node_id in alive
+    assert ray.get(where.remote(1))[1] == "h100"
+
+
 def test_fallback_on_goes_down_one_rung_other_errors_propagate(cluster):
     task = work.options(fallback_on=(MemoryError,))
     ref = task.remote(3, fail_on=("h100",))

@@ -1,0 +1,69 @@
+"""Starting again what Ray gave up on: the processes a failed try left are stopped (no Ray)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from ray_ladder.cluster.local_processes import start_with_retries
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_failed_try_s_processes_are_stopped_and_the_next_try_answers():
+    left: list[subprocess.Popen] = []
+
+    def start() -> str:
+        left.append(subprocess.Popen(SLEEPER))
+        if len(left) == 1:
+            raise RuntimeError("the raylet did not register in time")
+        return "started"
+
+    try:
+        assert start_with_retries(start, "a node") == "started"
+        assert _gone(left[0].pid)             # the first try's process was killed
+        assert left[1].poll() is None         # the successful try's process runs on
+    finally:
+        for proc in left:
+            proc.kill()
+            proc.wait()
+
+
+def test_processes_started_before_the_try_are_left_alone_and_the_last_error_is_raised():
+    earlier = subprocess.Popen(SLEEPER)
+    calls: list[int] = []
+
+    def never() -> None:
+        calls.append(1)
+        raise TimeoutError(f"try {len(calls)}")
+
+    try:
+        with pytest.raises(TimeoutError, match="try 3"):
+            start_with_retries(never, "a node", attempts=3)
+        assert len(calls) == 3
+        assert earlier.poll() is None
+    finally:
+        earlier.kill()
+        earlier.wait()
+
+
+def test_an_argument_error_is_not_tried_again():
+    calls: list[int] = []
+
+    def bad() -> None:
+        calls.append(1)
+        raise ValueError("num_cpus must be >= 0")
+
+    with pytest.raises(ValueError, match="num_cpus"):
+        start_with_retries(bad, "a node")
+    assert calls == [1]
