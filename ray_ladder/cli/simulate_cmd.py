@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
@@ -65,16 +66,23 @@ def rung_table(report: SimulationReport) -> Table:
 
 
 def _comparison_rows(report: SimulationReport) -> tuple[list[str], list[list[str]]]:
-    """The comparison's headers and rows as text (one row per policy, then the oracle)."""
+    """The comparison's headers and rows as text (one row per policy, then the oracle).
+
+    "not served" is the same for every policy: no rung, or the shed rung ("try later");
+    "$ per served h" divides the whole bill by the rest.
+    """
     top = report.rungs[0]["name"] if report.rungs else "top"
-    headers = ["policy", "q x\navail", f"on\n{top}", "nothing\nserved", "climbs\n/day",
+    headers = ["policy", "q x\navail", f"on\n{top}", "not\nserved", "climbs\n/day",
                "falls\n/day", "flaps", "$ per\nserved h"]
     rows = []
     for p in [*report.comparison, report.oracle]:
         name = "oracle (h=1, free switching)" if p is report.oracle else p.policy
+        if p is not report.oracle and p.hysteresis_s is not None:
+            name += f" h={_hyst(p)}"  # the hysteresis used, in seconds
         cph = "-" if p.cost_per_served_hour is None else f"{p.cost_per_served_hour:.2f}"
         rows.append([name, f"{p.quality_weighted_availability:.4f}", _pct(p.top_fraction),
-                     f"{100 * p.unserved_fraction:.2f}%", f"{p.climbs_per_day:.2f}",
+                     f"{100 * (p.unserved_fraction + p.shed_fraction):.2f}%",
+                     f"{p.climbs_per_day:.2f}",
                      f"{p.falls_per_day:.2f}", str(p.flaps), cph])
     return headers, rows
 
@@ -111,10 +119,20 @@ def comparison_tables(report: SimulationReport, console: Console) -> list[Table]
             for n, cols in enumerate(groups)]
 
 
+def _hyst(p: PolicyReport) -> str:
+    """The hysteresis used, in seconds, and the seconds asked when they differ: ``10m``,
+    ``10m (asked 3s)``."""
+    used = fmt_s(p.hysteresis_s or 0.0)
+    asked = p.hysteresis_asked_s
+    if asked is None or abs(asked - (p.hysteresis_s or 0.0)) < 1e-9:
+        return used
+    return f"{used} (asked {asked:g}s)" if asked < 120 else f"{used} (asked {fmt_s(asked)})"
+
+
 def policy_table(report: SimulationReport) -> Table:
     """One column per policy (and the oracle), one row per figure."""
     columns: list[tuple[str, PolicyReport]] = [
-        (f"h={p.hysteresis}\n{fmt_s(p.hysteresis_s or 0.0)}", p) for p in report.policies
+        (f"h={p.hysteresis}\n{_hyst(p)}", p) for p in report.policies
     ]
     columns.append(("oracle", report.oracle))
     table = Table(title="policies (oracle: hysteresis 1, no switching cost)")
@@ -140,6 +158,9 @@ def policy_table(report: SimulationReport) -> Table:
         ("  vs always top", [_pct(p.cost_vs_top) for _, p in columns]),
         ("  vs oracle", [_pct(p.cost_vs_oracle) for _, p in columns]),
         ("standby (extra)", [f"{p.cost_standby:,.0f}" for _, p in columns]),
+        ("served hours", [f"{p.served_hours:,.1f}" for _, p in columns]),
+        ("$ per served h", ["-" if p.cost_per_served_hour is None
+                            else f"{p.cost_per_served_hour:.2f}" for _, p in columns]),
     ]
     for label, cells in rows:
         table.add_row(label, *cells)
@@ -179,7 +200,8 @@ def _needs(need_args: tuple[str, ...]) -> dict[str, int]:
 @click.argument("ladder_file", metavar="LADDER.yaml", type=click.Path(dir_okay=False))
 @click.option("--trace", "trace_args", multiple=True, metavar="RUNG=SPEC", help=_TRACE_HELP)
 @click.option("--hysteresis", default=None, metavar="H[,H...]",
-              help="Promotion hysteresis values to compare, in ticks (default: the ladder's).")
+              help="Promotion hysteresis values to compare, in ticks (default: the ladder's "
+                   "promotion_hysteresis x probe_interval_s seconds, in ticks rounded up).")
 @click.option("--tick", default=None, metavar="DUR",
               help="Seconds between observations (default: the finest trace gap, else 60).")
 @click.option("--duration", default=None, metavar="DUR",
@@ -250,6 +272,11 @@ def simulate(
     except ValueError as err:  # ConfigError is a ValueError too
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
+    _emit(report, json_out, plot_out)
+
+
+def _emit(report: SimulationReport, json_out: str | None, plot_out: str | None) -> None:
+    """Print the tables and the notes; write the JSON report and the PNG if asked."""
     # `--json -`: the report is stdout (for jq and pipes), so the tables go to stderr.
     console = Console(stderr=json_out == "-")
     console.print(rung_table(report))
@@ -257,6 +284,8 @@ def simulate(
         console.print(policy_table(report))
     for table in comparison_tables(report, console) if report.comparison else []:
         console.print(table)
+    for note in report.notes:  # a row above the oracle is never printed in silence
+        console.print(f"[bold red]NOTE: above the oracle[/]: {escape(note)}")
     if json_out == "-":
         click.echo(report.to_json())
     elif json_out:

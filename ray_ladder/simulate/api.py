@@ -11,8 +11,10 @@ from ray_ladder.core.placement import standby_replicas
 from ray_ladder.core.spec import Ladder, as_ladder
 from ray_ladder.simulate.align import Timeline, align
 from ray_ladder.simulate.baselines import Baseline, LadderPolicy, PolicyContext, parse_policies
+from ray_ladder.simulate.bounds import oracle_notes
 from ray_ladder.simulate.compare import run_comparison
-from ray_ladder.simulate.replay import replay
+from ray_ladder.simulate.figures import serving_rungs
+from ray_ladder.simulate.replay import Replay, hysteresis_ticks, ladder_hysteresis_s, replay
 from ray_ladder.simulate.report import SimulationReport, summarise
 from ray_ladder.simulate.specs import resolve_traces
 from ray_ladder.simulate.traces import Trace, tick_index
@@ -37,9 +39,12 @@ def _standby_cost(ladder: Ladder, name: str) -> float:
 
 
 def _hysteresis_list(hysteresis: int | Iterable[int] | None, ladder: Ladder,
-                     comparing: bool = False) -> list[int]:
+                     comparing: bool = False) -> list[int | None]:
+    """The sweep's hysteresis values in ticks; ``None``: the ladder's own, in seconds
+    (``promotion_hysteresis x probe_interval_s``), turned into ticks once the tick is known."""
+    values: list[int | None]
     if hysteresis is None:
-        values = [] if comparing else [ladder.policy.promotion_hysteresis]
+        values = [] if comparing else [None]
     elif isinstance(hysteresis, int):
         values = [hysteresis]
     else:
@@ -47,7 +52,7 @@ def _hysteresis_list(hysteresis: int | Iterable[int] | None, ladder: Ladder,
     if not values and not comparing:
         raise ValueError("give at least one hysteresis value")
     for h in values:
-        if isinstance(h, bool) or not isinstance(h, int) or h < 1:
+        if h is not None and (isinstance(h, bool) or not isinstance(h, int) or h < 1):
             raise ValueError(f"hysteresis values must be integers >= 1, got {h!r}")
     return values
 
@@ -108,7 +113,9 @@ def simulate(
         ladder: A :class:`~ray_ladder.Ladder` or a path to its file.
         traces: Rung name -> :class:`Trace`, file path, or spec string (``always``,
             ``never``, ``markov:up=1h,down=10m,seed=1``, ``outage:100-400``).
-        hysteresis: One value or several to compare (default: the ladder's policy).
+        hysteresis: One value or several to compare, in ticks (default: the ladder's
+            ``promotion_hysteresis x probe_interval_s`` seconds, in ticks of the replay
+            rounded up, at least 1; the report gives the seconds).
         tick_s: Seconds between observations (default: the finest trace gap, else 60).
         duration_s: Seconds to replay (default: the shortest file trace; required when
             every trace is generated).
@@ -154,36 +161,55 @@ def simulate(
     names = oracle_rep.names
     quality = [ladder.rung(n).quality for n in names]
     cost = [ladder.rung(n).cost_per_hour for n in names]
+    serves = serving_rungs(ladder, names)
     obtainable = [timeline.obtainable_ticks(n) if n in timeline.names else timeline.ticks
                   for n in names]
     standby = [_standby_cost(ladder, n) if n in warm_list else 0.0 for n in names]
     window = _flap_window(ladder, compared, hs, tick_s, flap_window_s)
-    oracle = summarise(oracle_rep, quality=quality, cost_per_hour=cost, flap_window_s=window)
-    policies = []
-    for h in hs:
-        if h == 1 and promotion_delay_s == 0 and demotion_delay_s == 0:
-            rep = oracle_rep  # the same replay: no need to run it twice
-        else:
-            rep = replay(ladder, timeline, hysteresis=h, promotion_delay_s=promotion_delay_s,
-                         demotion_delay_s=demotion_delay_s, warm=warm_list,
-                         constraints=constraints)
-        policies.append(summarise(rep, quality=quality, cost_per_hour=cost,
-                                  cost_oracle=oracle.cost, standby_per_hour=standby,
-                                  obtainable_ticks=obtainable, flap_window_s=window))
+    oracle = summarise(oracle_rep, quality=quality, cost_per_hour=cost, serves=serves,
+                       flap_window_s=window)
+    policies = [summarise(rep, quality=quality, cost_per_hour=cost, serves=serves,
+                          cost_oracle=oracle.cost, standby_per_hour=standby,
+                          obtainable_ticks=obtainable, flap_window_s=window)
+                for rep in _sweep(ladder, timeline, hs, oracle_rep, promotion_delay_s,
+                                  demotion_delay_s, warm_list, constraints)]
+    ctx = PolicyContext.build(ladder, timeline, warm=warm_list, constraints=constraints)
     comparison = run_comparison(
-        PolicyContext.build(ladder, timeline, warm=warm_list, constraints=constraints),
-        compared, quality=quality, cost_per_hour=cost, cost_oracle=oracle.cost,
+        ctx, compared, quality=quality, cost_per_hour=cost, serves=serves, cost_oracle=oracle.cost,
         obtainable_ticks=obtainable, flap_window_s=window, oracle=oracle_rep,
         standby_rate=lambda n: _standby_cost(ladder, n),
     ) if compared else []
+    notes = oracle_notes(oracle, [*((p, None) for p in policies),
+                                  *((p, b.beyond_the_oracle(ctx))
+                                    for p, b in zip(comparison, compared, strict=True))])
     rungs = _rung_rows(ladder, names, timeline, ordered, warm_list, need_by_rung, obtainable)
     return SimulationReport(
         ladder=ladder.name, rungs=rungs, ticks=timeline.ticks, tick_s=float(tick_s),
         duration_s=timeline.ticks * float(tick_s), warm=[n for n in names if n in warm_list],
         oracle=oracle, policies=policies, timeline=timeline, traces=resolved,
-        comparison=comparison, flap_window_s=window,
+        comparison=comparison, flap_window_s=window, notes=notes,
     )
 
+
+
+def _sweep(ladder: Ladder, timeline: Timeline, hs: list[int | None], oracle_rep: Replay,
+           promotion_delay_s: float, demotion_delay_s: float, warm_list: list[str],
+           constraints: Constraints | None) -> list[Replay]:
+    """One replay per hysteresis value (``None``: the ladder's own, in seconds)."""
+    out = []
+    for asked in hs:
+        own = hysteresis_ticks(ladder_hysteresis_s(ladder), timeline.tick_s)
+        h = own if asked is None else asked
+        if h == 1 and promotion_delay_s == 0 and demotion_delay_s == 0:
+            # The same replay as the oracle's: no need to run it twice.
+            out.append(oracle_rep if asked is not None else Replay(**{
+                **oracle_rep.__dict__, "hysteresis_asked_s": ladder_hysteresis_s(ladder)}))
+        else:
+            out.append(replay(ladder, timeline, hysteresis=asked,
+                              promotion_delay_s=promotion_delay_s,
+                              demotion_delay_s=demotion_delay_s, warm=warm_list,
+                              constraints=constraints))
+    return out
 
 
 def _check_args(ladder: Ladder, traces: Mapping[str, object], *, promotion_delay_s: float,
@@ -239,15 +265,16 @@ def _timeline(ladder: Ladder, traces: Mapping[str, Trace | str | Path],
     return resolved, ordered, align(ordered, tick_s=tick_s, ticks=ticks), tick_s
 
 
-def _flap_window(ladder: Ladder, compared: list[Baseline], hs: list[int], tick_s: float,
-                 flap_window_s: float | None) -> float:
+def _flap_window(ladder: Ladder, compared: list[Baseline], hs: list[int | None],
+                 tick_s: float, flap_window_s: float | None) -> float:
     """Seconds of the flap window: ``flap_window_s``, else one hysteresis window of the
-    compared ladder, else of the first hysteresis value."""
+    compared ladder, else of the first hysteresis value (the ladder's own: in seconds,
+    turned into ticks)."""
     if flap_window_s is not None:
         return float(flap_window_s)
-    window_h = next((p.hysteresis or ladder.policy.promotion_hysteresis for p in compared
-                     if isinstance(p, LadderPolicy)), hs[0] if hs else
-                    ladder.policy.promotion_hysteresis)
+    own = hysteresis_ticks(ladder_hysteresis_s(ladder), tick_s)
+    window_h = next((p.hysteresis or own for p in compared if isinstance(p, LadderPolicy)),
+                    (hs[0] or own) if hs else own)
     return window_h * float(tick_s)
 
 

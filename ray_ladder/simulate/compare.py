@@ -15,6 +15,7 @@ def run_comparison(
     *,
     quality: list[float],
     cost_per_hour: list[float],
+    serves: list[bool],
     cost_oracle: float,
     obtainable_ticks: list[int],
     standby_rate: Callable[[str], float],
@@ -28,6 +29,8 @@ def run_comparison(
         policies: What to replay, in report order.
         quality: Quality per eligible rung.
         cost_per_hour: Cost per eligible rung.
+        serves: Whether time on each eligible rung is served time (one definition for
+            every policy: :func:`~ray_ladder.simulate.figures.serving_rungs`).
         cost_oracle: The oracle's bill (for ``cost_vs_oracle``).
         obtainable_ticks: Ticks each eligible rung is obtainable (standby billing).
         standby_rate: Standby bill per hour of a warm rung while it idles.
@@ -50,7 +53,7 @@ def run_comparison(
             rep.policy = policy.label
         warm = set(policy.warm_rungs(ctx))
         standby = [standby_rate(n) if n in warm else 0.0 for n in ctx.names]
-        out.append(summarise(rep, quality=quality, cost_per_hour=cost_per_hour,
+        out.append(summarise(rep, quality=quality, cost_per_hour=cost_per_hour, serves=serves,
                              cost_oracle=cost_oracle, standby_per_hour=standby,
                              obtainable_ticks=obtainable_ticks, flap_window_s=flap_window_s))
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -26,6 +27,10 @@ class Replay:
     The baseline policies (:mod:`ray_ladder.simulate.baselines`) fill the same record:
     ``policy`` names the one that ran (``"ladder"`` for the selector), ``params`` its
     parameters, and ``hysteresis`` is ``None`` for policies that have none.
+    ``hysteresis_asked_s`` is the hysteresis asked in seconds when it came from the
+    ladder (``promotion_hysteresis x probe_interval_s``, see :func:`hysteresis_ticks`),
+    ``None`` when it was given in ticks. ``lost`` lists the times (ticks) the policy lost
+    the rung it served, where flaps count a fall.
     """
 
     names: list[str]
@@ -45,6 +50,8 @@ class Replay:
     policy: str = "ladder"
     params: dict[str, Any] = field(default_factory=dict)
     fall_delay_s: float = 0.0
+    hysteresis_asked_s: float | None = None
+    lost: list[float] = field(default_factory=list)
 
     def served_per_tick(self) -> list[str | None]:
         """The rung serving at each tick once its observation is handled (``None``: none).
@@ -62,6 +69,36 @@ class Replay:
                 del out[first:]
                 out.extend([self.names[idx] if idx >= 0 else None] * (stop - first))
         return out
+
+
+def ladder_hysteresis_s(ladder: Ladder) -> float:
+    """A ladder's promotion hysteresis in seconds: ``promotion_hysteresis`` probes of
+    ``probe_interval_s`` each.
+
+    Example:
+        >>> ladder_hysteresis_s(Ladder.from_dict({"name": "t", "policy": {
+        ...     "promotion_hysteresis": 3, "probe_interval_s": 0.5},
+        ...     "rungs": [{"name": "cpu", "num_cpus": 1}]}))
+        1.5
+    """
+    return ladder.policy.promotion_hysteresis * ladder.policy.probe_interval_s
+
+
+def hysteresis_ticks(seconds: float, tick_s: float) -> int:
+    """Ticks of ``tick_s`` that hold ``seconds`` of hysteresis: rounded up, at least 1.
+
+    The selector counts observations; the simulator makes one per tick, so a hysteresis
+    meant in seconds becomes the ticks of the trace's own sample interval.
+
+    Example:
+        >>> hysteresis_ticks(3.0, 1.0), hysteresis_ticks(3.0, 300.0), hysteresis_ticks(601, 300)
+        (3, 1, 3)
+    """
+    if seconds < 0 or tick_s <= 0:
+        raise ValueError(f"hysteresis seconds must be >= 0 and the tick > 0, got {seconds} "
+                         f"and {tick_s}")
+    # 1e-9: 0.3 / 0.1 is 2.9999999999999996 in floats, which is 3 ticks, not 4.
+    return max(1, math.ceil(seconds / tick_s - 1e-9))
 
 
 def replay(
@@ -92,7 +129,9 @@ def replay(
     Args:
         ladder: The ladder.
         timeline: Aligned observations (:func:`~ray_ladder.simulate.align.align`).
-        hysteresis: Promotion hysteresis in observations (default: the ladder's).
+        hysteresis: Promotion hysteresis in ticks (default: the ladder's, in seconds,
+            ``promotion_hysteresis x probe_interval_s``, over the timeline's tick,
+            rounded up: :func:`hysteresis_ticks`).
         promotion_delay_s: Seconds from a climb decision to the new rung serving.
         demotion_delay_s: Seconds a cold rung needs to serve after a fall.
         warm: Compute rungs kept warm (standby replicas): falls onto them take only
@@ -101,6 +140,10 @@ def replay(
         fall_delay_s: Seconds a fall onto a warm rung serves nothing (detection and
             re-routing); 0: instant.
     """
+    asked_s = None
+    if hysteresis is None:
+        asked_s = ladder_hysteresis_s(ladder)
+        hysteresis = hysteresis_ticks(asked_s, timeline.tick_s)
     selector = Selector(ladder, constraints, promotion_hysteresis=hysteresis)
     names = selector.eligible
     index: dict[str | None, int] = {name: i for i, name in enumerate(names)}
@@ -119,8 +162,9 @@ def replay(
                 if kind == "compute" and name not in timeline.names}
     result = Replay(names, timeline.ticks, tick, selector.hysteresis, promotion_delay_s,
                     demotion_delay_s, [n for n in names if n in warm_set],
-                    fall_delay_s=fall_delay_s)
+                    fall_delay_s=fall_delay_s, hysteresis_asked_s=asked_s)
     served_log, starting_log, target_log = result.served, result.starting, result.target
+    lost_log = result.lost
     served_log.append((0.0, -1))
     observe = selector.observe
     served = pending = -1
@@ -146,6 +190,7 @@ def replay(
                 target_log.append((k, target))
                 if d.direction == "down":
                     falls += 1
+                    lost_log.append(k)  # the selector falls the tick its rung is lost
                 elif d.direction == "up":
                     climbs += 1
                 if pending >= 0:  # the selector moved on before the switch completed
@@ -172,7 +217,7 @@ def replay(
             if pending >= 0:
                 if served >= 0 and not ok[served]:
                     served = -1  # the old rung vanished while the new one starts
-                    served_log.append((k, -1))
+                    served_log.append((k, -1))  # not a fall: the climb goes on
                 if ready < k + 1:
                     served, pending = pending, -1
                     served_log.append((ready, served))

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
-from itertools import pairwise
 from typing import Any
 
 from ray_ladder.simulate.align import Timeline
+from ray_ladder.simulate.figures import cost_per_served_hour as per_served_hour
+from ray_ladder.simulate.figures import (
+    count_flaps,
+    p95,
+    served_hours,
+    start_and_standby_bills,
+    time_per_rung,
+)
 from ray_ladder.simulate.replay import Replay
 from ray_ladder.simulate.traces import Trace
 
@@ -25,14 +31,22 @@ class PolicyReport:
         policy: Which policy: ``"ladder"`` or a baseline's label (``"karpenter"``,
             ``"gke-computeclass (when_unsatisfiable=ScaleUpAnyway)"``).
         params: The policy's parameters.
-        hysteresis: Promotion hysteresis, in observations (ticks); ``None`` for
+        hysteresis: Promotion hysteresis used, in observations (ticks); ``None`` for
             baselines, which have none.
-        hysteresis_s: The same in seconds (``hysteresis * tick_s``).
+        hysteresis_s: The same in seconds (``hysteresis * tick_s``): the hysteresis
+            used.
+        hysteresis_asked_s: The hysteresis asked, in seconds, when it came from the
+            ladder (``promotion_hysteresis x probe_interval_s``, turned into ticks of the
+            trace rounded up, at least 1); ``None`` when it was given in ticks.
         promotion_delay_s: Seconds from a climb decision to the new rung serving.
         demotion_delay_s: Cold-start seconds after a fall onto a rung that is not warm.
         rung_fraction: Fraction of time each eligible rung served.
-        unserved_fraction: Fraction of time nothing served (cold starts, exhaustion);
+        unserved_fraction: Fraction of time with no rung (cold starts, exhaustion);
             with ``rung_fraction`` it sums to 1.
+        shed_fraction: Fraction of time on the shed rung ("try later"): a rung, but not
+            served time (see :mod:`ray_ladder.simulate.figures`).
+        served_hours: Hours served: on a compute or cache rung, for every policy alike
+            (shed time and time with no rung are not served).
         falls: Selector decisions to move down (including to "nothing obtainable").
         climbs: Selector decisions to move up; each one starts the new rung's replicas.
         climbs_abandoned: Climbs dropped because the selector moved on before the new
@@ -56,8 +70,9 @@ class PolicyReport:
         cost_standby_by_rung: ``cost_standby`` split by rung.
         cost_always_top: The bill for holding the best eligible rung the whole time.
         cost_oracle: The bill of the oracle (hysteresis 1, no switching cost).
-        cost_per_served_hour: ``(cost + cost_standby)`` per hour something served
-            (``None`` when nothing ever served): the whole bill per hour of service.
+        cost_per_served_hour: ``(cost + cost_standby) / served_hours`` (``None`` when
+            nothing ever served): the whole bill per hour of service, the same
+            definition for every policy.
         replay: The raw replay (change points), for plots; not in :meth:`to_dict`.
 
     Example:
@@ -69,10 +84,13 @@ class PolicyReport:
     params: dict[str, Any]
     hysteresis: int | None
     hysteresis_s: float | None
+    hysteresis_asked_s: float | None
     promotion_delay_s: float
     demotion_delay_s: float
     rung_fraction: dict[str, float]
     unserved_fraction: float
+    shed_fraction: float
+    served_hours: float
     falls: int
     climbs: int
     climbs_abandoned: int
@@ -137,6 +155,8 @@ class SimulationReport:
         policies: One report per ``hysteresis`` value, in the order asked.
         comparison: One report per compared policy (``compare=``), in the order asked.
         flap_window_s: The window every report counts flaps in.
+        notes: Loud notes: each policy whose figures beat the oracle's, and why
+            (:func:`~ray_ladder.simulate.bounds.oracle_notes`); empty when none does.
         timeline: The aligned observations (not in :meth:`to_dict`).
         traces: The traces replayed (not in :meth:`to_dict`).
 
@@ -157,6 +177,7 @@ class SimulationReport:
     traces: dict[str, Trace] = field(repr=False, compare=False)
     comparison: list[PolicyReport] = field(default_factory=list)
     flap_window_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
 
     def compared(self, label: str) -> PolicyReport:
         """The compared policy with this label (``"karpenter"``, ``"ladder"``, ...).
@@ -192,6 +213,7 @@ class SimulationReport:
             "oracle": self.oracle.to_dict(),
             "policies": [p.to_dict() for p in self.policies],
             "comparison": [p.to_dict() for p in self.comparison],
+            "notes": list(self.notes),
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -199,104 +221,12 @@ class SimulationReport:
         return json.dumps(self.to_dict(), indent=indent)
 
 
-def _intervals(changes: list[tuple[float, int]], end: float) -> list[tuple[float, float, int]]:
-    """``(start, length, index)`` for each non-empty stretch between change points."""
-    bounds = changes + [(end, -1)]
-    return [(t, t2 - t, idx) for (t, idx), (t2, _) in pairwise(bounds) if t2 > t]
-
-
-def p95(values: list[float]) -> float:
-    """95th percentile by nearest rank (0 for no values).
-
-    Example:
-        >>> p95([float(i) for i in range(1, 101)])
-        95.0
-    """
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
-
-
-def count_flaps(target: list[tuple[float, int]], n: int, window_ticks: float) -> int:
-    """Climbs whose next move is a fall at most ``window_ticks`` later.
-
-    ``target`` is a decision log (``(time, rung index)``, ``-1`` for none, below every
-    rung); a decision at time 0 is the start, not a move.
-
-    Example:
-        >>> count_flaps([(0, 1), (3, 0), (4, 1), (10, 0), (20, 1)], n=2, window_ticks=2)
-        1
-    """
-    flaps = 0
-    prev = -1
-    climb_at: float | None = None
-    for t, idx in target:
-        if t == 0 and climb_at is None and prev == -1:
-            prev = idx  # the start
-            continue
-        up = (idx if idx >= 0 else n) < (prev if prev >= 0 else n)
-        if up:
-            climb_at = t
-        else:
-            if climb_at is not None and t - climb_at <= window_ticks + 1e-9:
-                flaps += 1
-            climb_at = None
-        prev = idx
-    return flaps
-
-
-def _served(rep: Replay) -> tuple[list[float], float, list[float]]:
-    """Ticks each rung served, ticks nothing served, and the seconds of each degraded
-    episode (any time off the top rung), from a replay's change points."""
-    ticks, tick = rep.ticks, rep.tick_s
-    units = [0.0] * len(rep.names)
-    unserved = 0.0
-    episodes: list[float] = []
-    episode_start: float | None = None
-    for start, length, idx in _intervals(rep.served, float(ticks)):
-        if idx >= 0:
-            units[idx] += length
-        else:
-            unserved += length
-        if idx != 0 and episode_start is None:
-            episode_start = start
-        elif idx == 0 and episode_start is not None:
-            episodes.append((start - episode_start) * tick)
-            episode_start = None
-    if episode_start is not None:
-        episodes.append((ticks - episode_start) * tick)
-    # Switches inside a tick leave float noise (21340.999999999894 s): keep milliseconds.
-    return units, unserved, [round(e, 3) for e in episodes]
-
-
-def _start_and_standby_bills(rep: Replay, units: list[float], cost_per_hour: list[float],
-                             standby_per_hour: list[float] | None,
-                             obtainable_ticks: list[int] | None,
-                             ) -> tuple[float, dict[str, float]]:
-    """The bill of replicas starting (not yet serving), and of idle standby by rung."""
-    hours = rep.tick_s / 3600.0
-    starting_units = [0.0] * len(rep.names)
-    for _, length, idx in _intervals(rep.starting, float(rep.ticks)):
-        if idx >= 0:
-            starting_units[idx] += length
-    starting = sum((c * u * hours for c, u in zip(cost_per_hour, starting_units, strict=True)),
-                   0.0)
-    standby = {name: 0.0 for name in rep.names}
-    if standby_per_hour is not None and obtainable_ticks is not None:
-        # A rung serves or starts only while obtainable, so the rest of its obtainable
-        # time is time its standby replicas idle.
-        for name, rate, ok, u, su in zip(rep.names, standby_per_hour, obtainable_ticks,
-                                         units, starting_units, strict=True):
-            standby[name] = rate * max(0.0, ok - u - su) * hours
-    return starting, standby
-
-
 def summarise(
     rep: Replay,
     *,
     quality: list[float],
     cost_per_hour: list[float],
+    serves: list[bool],
     cost_oracle: float | None = None,
     standby_per_hour: list[float] | None = None,
     obtainable_ticks: list[int] | None = None,
@@ -308,6 +238,8 @@ def summarise(
         rep: The replay.
         quality: Quality of each eligible rung (``rep.names`` order).
         cost_per_hour: Cost of each eligible rung.
+        serves: Whether time on each eligible rung is served time
+            (:func:`~ray_ladder.simulate.figures.serving_rungs`).
         cost_oracle: The oracle's bill (``None``: this replay is the oracle).
         standby_per_hour: Standby bill per hour of each rung while it idles warm (0 for
             rungs that are not warm); ``None``: no standby.
@@ -315,31 +247,35 @@ def summarise(
         flap_window_s: Window for flaps (default: this replay's hysteresis, else a tick).
     """
     ticks, tick = rep.ticks, rep.tick_s
-    units, unserved, episodes = _served(rep)
+    units, unserved, episodes = time_per_rung(rep)
     hours = tick / 3600.0
-    starting, standby = _start_and_standby_bills(rep, units, cost_per_hour, standby_per_hour,
+    starting, standby = start_and_standby_bills(rep, units, cost_per_hour, standby_per_hour,
                                                  obtainable_ticks)
     cost = sum(c * u * hours for c, u in zip(cost_per_hour, units, strict=True)) + starting
     days = ticks * tick / 86400.0
     if flap_window_s is None:
         flap_window_s = (rep.hysteresis or 1) * tick
-    served_hours = (ticks - unserved) * hours
+    served_h = served_hours(units, serves, tick)
+    shed = sum((u for u, s in zip(units, serves, strict=True) if not s), 0.0)
     standby_total = sum(standby.values())
     return PolicyReport(
         policy=rep.policy,
         params=dict(rep.params),
         hysteresis=rep.hysteresis,
         hysteresis_s=None if rep.hysteresis is None else rep.hysteresis * tick,
+        hysteresis_asked_s=rep.hysteresis_asked_s,
         promotion_delay_s=rep.promotion_delay_s,
         demotion_delay_s=rep.demotion_delay_s,
         rung_fraction={name: u / ticks for name, u in zip(rep.names, units, strict=True)},
         unserved_fraction=unserved / ticks,
+        shed_fraction=shed / ticks,
+        served_hours=served_h,
         falls=rep.falls,
         climbs=rep.climbs,
         climbs_abandoned=rep.climbs_abandoned,
         climbs_per_day=rep.climbs / days,
         falls_per_day=rep.falls / days,
-        flaps=count_flaps(rep.target, len(rep.names), flap_window_s / tick),
+        flaps=count_flaps(rep.target, len(rep.names), flap_window_s / tick, rep.lost),
         flap_window_s=flap_window_s,
         top_fraction=units[0] / ticks if units else 0.0,
         degraded_s_total=sum(episodes),
@@ -355,7 +291,6 @@ def summarise(
         cost_standby_by_rung=standby,
         cost_always_top=cost_per_hour[0] * ticks * hours,
         cost_oracle=cost if cost_oracle is None else cost_oracle,
-        cost_per_served_hour=(cost + standby_total) / served_hours if served_hours > 1e-12
-        else None,
+        cost_per_served_hour=per_served_hour(cost + standby_total, served_h),
         replay=rep,
     )

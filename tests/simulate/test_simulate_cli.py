@@ -56,7 +56,11 @@ def test_default_hysteresis_is_the_ladders(ladder_file: Path, tmp_path: Path) ->
     code, out = invoke(str(ladder_file), "--trace", f"h100={DATA / 'h100.json'}",
                        "--json", str(out_json))
     assert code == 0, out
-    assert [p["hysteresis"] for p in json.loads(out_json.read_text())["policies"]] == [2]
+    # promotion_hysteresis 2 x probe_interval_s 1 = 2 s: one tick of these 100 s traces.
+    policies = json.loads(out_json.read_text())["policies"]
+    assert [(p["hysteresis"], p["hysteresis_s"], p["hysteresis_asked_s"])
+            for p in policies] == [(1, 100, 2)]
+    assert "(asked 2s)" in out
 
 
 def test_generated_only_run_with_units(ladder_file: Path, tmp_path: Path) -> None:

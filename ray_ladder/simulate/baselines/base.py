@@ -38,6 +38,7 @@ class Engine:
         self.starting_log: list[tuple[float, int]] = []
         self.target_log: list[tuple[float, int]] = []
         self.falls = self.climbs = self.abandoned = 0
+        self.lost_log: list[float] = []
 
     def rank(self, idx: int) -> int:
         """Order of a rung index, "nothing" (-1) last."""
@@ -99,6 +100,7 @@ class Engine:
     def lose(self, t: float) -> None:
         """The serving rung is gone: nothing serves until a start completes."""
         if self.served >= 0:
+            self.lost_log.append(t)  # flaps count the fall from here
             self._serve(t, -1)
 
     def complete(self) -> None:
@@ -121,7 +123,7 @@ class Engine:
         rep = Replay(list(ctx.names), ctx.ticks, ctx.tick_s, None, 0.0, 0.0,
                      [n for n in ctx.names if n in set(warm)], served, self.starting_log,
                      self.target_log, self.falls, self.climbs, self.abandoned, 0,
-                     policy=policy, params=params)
+                     policy=policy, params=params, lost=self.lost_log)
         return rep
 
 
@@ -154,6 +156,11 @@ class Baseline(ABC):
     def warm_rungs(self, ctx: PolicyContext) -> list[str]:
         """Compute rungs this policy keeps running while unused (billed as standby): none."""
         return []
+
+    def beyond_the_oracle(self, ctx: PolicyContext) -> str | None:
+        """Why this model can serve beyond the traces, and so beat the oracle over ``ctx``
+        (``None``: it cannot; the report notes any row above the oracle all the same)."""
+        return None
 
     def params(self) -> dict[str, Any]:
         """The parameters, by field name."""

@@ -74,6 +74,16 @@ class GkeComputeClass(SteppedBaseline):
         """The policy's run-time state over ``ctx``."""
         return _GkeRun(self, ctx)
 
+    def beyond_the_oracle(self, ctx: PolicyContext) -> str | None:
+        """``ScaleUpAnyway`` serves the last compute rung against its trace, if a CPU rung."""
+        compute = [i for i, c in enumerate(ctx.compute) if c]
+        if (self.when_unsatisfiable != "ScaleUpAnyway" or not compute
+                or not ctx.traced[compute[-1]] or not _general_purpose(ctx, compute[-1])):
+            return None
+        return (f"its ScaleUpAnyway node of GKE's default series is taken to be always "
+                f"there, so it serves {ctx.names[compute[-1]]!r} while that rung's trace "
+                "says there is no capacity (a modelling choice, not a better policy)")
+
 
 def _general_purpose(ctx: PolicyContext, i: int) -> bool:
     """Whether rung ``i`` fits a node of GKE's default series: no accelerator asked."""

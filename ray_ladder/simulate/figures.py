@@ -1,0 +1,161 @@
+"""The figures every policy shares, computed one way for all: served time, bills, flaps.
+
+A policy *serves* while it is on a rung that answers: a compute rung, or the cache rung
+(recent answers). The shed rung answers "try later" and serves nothing, as does having
+no rung at all (a cold start, an exhausted ladder, a baseline with nothing placed). One
+definition for the ladder, the oracle and every baseline: :func:`serving_rungs` says which
+rungs serve, :func:`served_hours` and :func:`cost_per_served_hour` turn a replay's time
+per rung into the figures.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import pairwise
+
+from ray_ladder.core.spec import Ladder
+from ray_ladder.simulate.replay import Replay
+
+
+def serving_rungs(ladder: Ladder, names: list[str]) -> list[bool]:
+    """Per rung (``names`` order): whether time on it is *served* time.
+
+    A compute or cache rung serves; a shed rung ("try later") does not.
+
+    Example:
+        >>> lad = Ladder.from_dict({"name": "t", "rungs": [
+        ...     {"name": "gpu", "num_gpus": 1}, {"name": "shed", "kind": "shed"}]})
+        >>> serving_rungs(lad, ["gpu", "shed"])
+        [True, False]
+    """
+    return [ladder.rung(n).kind != "shed" for n in names]
+
+
+def served_hours(units: list[float], serves: list[bool], tick_s: float) -> float:
+    """Hours served: ticks on each serving rung (``units``), in hours.
+
+    Time on a rung that does not serve (shed) and time with no rung are left out.
+
+    Example:
+        >>> served_hours([2.0, 1.0, 3.0], [True, True, False], tick_s=1800)
+        1.5
+    """
+    return sum((u for u, s in zip(units, serves, strict=True) if s), 0.0) * tick_s / 3600.0
+
+
+def cost_per_served_hour(total_cost: float, hours_served: float) -> float | None:
+    """The whole bill per hour served (``None`` when nothing was ever served).
+
+    Example:
+        >>> cost_per_served_hour(10.0, 2.5)
+        4.0
+        >>> cost_per_served_hour(3.0, 0.0) is None
+        True
+    """
+    return total_cost / hours_served if hours_served > 1e-12 else None
+
+
+def intervals(changes: list[tuple[float, int]], end: float) -> list[tuple[float, float, int]]:
+    """``(start, length, index)`` for each non-empty stretch between change points."""
+    bounds = changes + [(end, -1)]
+    return [(t, t2 - t, idx) for (t, idx), (t2, _) in pairwise(bounds) if t2 > t]
+
+
+def p95(values: list[float]) -> float:
+    """95th percentile by nearest rank (0 for no values).
+
+    Example:
+        >>> p95([float(i) for i in range(1, 101)])
+        95.0
+    """
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def count_flaps(target: list[tuple[float, int]], n: int, window_ticks: float,
+                lost: list[float] | tuple[float, ...] = ()) -> int:
+    """Climbs whose next fall comes at most ``window_ticks`` later, the fall counted at
+    the loss.
+
+    ``target`` is a decision log (``(time, rung index)``, ``-1`` for none, below every
+    rung); a decision at time 0 is the start, not a move. ``lost`` lists the times the
+    policy lost the rung it served: a fall counts from the loss, not from the later
+    decision where to go (a provisioning policy decides only once a re-placement is
+    made, seconds or minutes after the loss), so every policy's flaps count alike.
+
+    Example:
+        >>> count_flaps([(0, 1), (3, 0), (4, 1), (10, 0), (20, 1)], n=2, window_ticks=2)
+        1
+        >>> count_flaps([(0, 1), (3, 0), (9, 1)], n=2, window_ticks=2, lost=[5])
+        1
+    """
+    moves: list[tuple[float, int, bool]] = []  # (time, 0: a loss / 1: a decision, up)
+    prev = -1
+    started = False
+    for t, idx in target:
+        if t == 0 and not started and prev == -1:
+            prev, started = idx, True  # the start
+            continue
+        started = True
+        moves.append((t, 1, (idx if idx >= 0 else n) < (prev if prev >= 0 else n)))
+        prev = idx
+    moves += [(t, 0, False) for t in lost]
+    moves.sort(key=lambda m: (m[0], m[1]))  # a loss before the decisions of its tick
+    flaps = 0
+    climb_at: float | None = None
+    for t, _, up in moves:
+        if up:
+            climb_at = t
+        else:
+            if climb_at is not None and t - climb_at <= window_ticks + 1e-9:
+                flaps += 1
+            climb_at = None
+    return flaps
+
+
+def time_per_rung(rep: Replay) -> tuple[list[float], float, list[float]]:
+    """Ticks each rung served, ticks with no rung, and the seconds of each degraded
+    episode (any time off the top rung), from a replay's change points."""
+    ticks, tick = rep.ticks, rep.tick_s
+    units = [0.0] * len(rep.names)
+    unserved = 0.0
+    episodes: list[float] = []
+    episode_start: float | None = None
+    for start, length, idx in intervals(rep.served, float(ticks)):
+        if idx >= 0:
+            units[idx] += length
+        else:
+            unserved += length
+        if idx != 0 and episode_start is None:
+            episode_start = start
+        elif idx == 0 and episode_start is not None:
+            episodes.append((start - episode_start) * tick)
+            episode_start = None
+    if episode_start is not None:
+        episodes.append((ticks - episode_start) * tick)
+    # Switches inside a tick leave float noise (21340.999999999894 s): keep milliseconds.
+    return units, unserved, [round(e, 3) for e in episodes]
+
+
+def start_and_standby_bills(rep: Replay, units: list[float], cost_per_hour: list[float],
+                            standby_per_hour: list[float] | None,
+                            obtainable_ticks: list[int] | None,
+                            ) -> tuple[float, dict[str, float]]:
+    """The bill of replicas starting (not yet serving), and of idle standby by rung."""
+    hours = rep.tick_s / 3600.0
+    starting_units = [0.0] * len(rep.names)
+    for _, length, idx in intervals(rep.starting, float(rep.ticks)):
+        if idx >= 0:
+            starting_units[idx] += length
+    starting = sum((c * u * hours for c, u in zip(cost_per_hour, starting_units, strict=True)),
+                   0.0)
+    standby = {name: 0.0 for name in rep.names}
+    if standby_per_hour is not None and obtainable_ticks is not None:
+        # A rung serves or starts only while obtainable, so the rest of its obtainable
+        # time is time its standby replicas idle.
+        for name, rate, ok, u, su in zip(rep.names, standby_per_hour, obtainable_ticks,
+                                         units, starting_units, strict=True):
+            standby[name] = rate * max(0.0, ok - u - su) * hours
+    return starting, standby
