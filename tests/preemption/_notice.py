@@ -15,8 +15,6 @@ from typing import Any
 
 import httpx
 
-from ray_ladder.testing import wait_until
-
 
 class Load:
     """Requests at a steady rate from one thread: (sent at, latency, status, rung) each."""
@@ -103,17 +101,38 @@ class RayStartNode:
         self.node_id: str | None = None
 
     def start(self, timeout_s: float = 60) -> RayStartNode:
+        """Start the node and wait until it registered; a `ray start` that exits first
+        (Ray gives up on a start on a CPU-starved machine) is started again (3 tries)."""
+        from ray_ladder.cluster.local_processes import start_with_retries
+
+        def once() -> RayStartNode:
+            try:
+                return self._start_once(timeout_s)
+            except BaseException:
+                self.kill()
+                raise
+
+        return start_with_retries(once, f"`ray start` node {self.node_type}")
+
+    def _start_once(self, timeout_s: float) -> RayStartNode:
         import ray
 
         self.proc = subprocess.Popen(self.args, env=self.env, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, start_new_session=True)
 
         def registered() -> str | None:
-            assert self.proc is not None and self.proc.poll() is None, "ray start exited"
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"ray start exited with {self.proc.returncode}")
             return next((n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Labels"].get(
                 "ladder.node-type") == self.node_type), None)
 
-        self.node_id = wait_until(registered, timeout_s, 0.2, f"`ray start` node {self.node_type}")
+        deadline = time.monotonic() + timeout_s
+        while (node_id := registered()) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"`ray start` node {self.node_type} did not register "
+                                   f"within {timeout_s}s")
+            time.sleep(0.2)
+        self.node_id = node_id
         return self
 
     def sigterm(self) -> None:
