@@ -285,7 +285,8 @@ def _emit(report: SimulationReport, json_out: str | None, plot_out: str | None) 
     for table in comparison_tables(report, console) if report.comparison else []:
         console.print(table)
     for note in report.notes:  # a row above the oracle is never printed in silence
-        console.print(f"[bold red]NOTE: above the oracle[/]: {escape(note)}")
+        head = "NOTE" if note.startswith("no row for ") else "NOTE: above the oracle"
+        console.print(f"[bold red]{head}[/]: {escape(note)}")
     if json_out == "-":
         click.echo(report.to_json())
     elif json_out:

@@ -174,14 +174,14 @@ def simulate(
                 for rep in _sweep(ladder, timeline, hs, oracle_rep, promotion_delay_s,
                                   demotion_delay_s, warm_list, constraints)]
     ctx = PolicyContext.build(ladder, timeline, warm=warm_list, constraints=constraints)
+    compared, skipped = _runnable(compared, ctx)  # a Serve-only system on a gang: no row
     comparison = run_comparison(
         ctx, compared, quality=quality, cost_per_hour=cost, serves=serves, cost_oracle=oracle.cost,
         obtainable_ticks=obtainable, flap_window_s=window, oracle=oracle_rep,
         standby_rate=lambda n: _standby_cost(ladder, n),
     ) if compared else []
-    notes = oracle_notes(oracle, [*((p, None) for p in policies),
-                                  *((p, b.beyond_the_oracle(ctx))
-                                    for p, b in zip(comparison, compared, strict=True))])
+    notes = skipped + oracle_notes(oracle, [*((p, None) for p in policies), *(
+        (p, b.beyond_the_oracle(ctx)) for p, b in zip(comparison, compared, strict=True))])
     rungs = _rung_rows(ladder, names, timeline, ordered, warm_list, need_by_rung, obtainable)
     return SimulationReport(
         ladder=ladder.name, rungs=rungs, ticks=timeline.ticks, tick_s=float(tick_s),
@@ -190,6 +190,14 @@ def simulate(
         comparison=comparison, flap_window_s=window, notes=notes,
     )
 
+
+
+def _runnable(compared: list[Baseline], ctx: PolicyContext) -> tuple[list[Baseline], list[str]]:
+    """The policies that can run ``ctx``'s workload, and a note for each that cannot (a
+    Serve-only system on a training gang): it gets no row."""
+    skipped = [f"no row for {b.label}: {why}" for b in compared
+               if (why := b.cannot_run(ctx)) is not None]
+    return [b for b in compared if b.cannot_run(ctx) is None], skipped
 
 
 def _sweep(ladder: Ladder, timeline: Timeline, hs: list[int | None], oracle_rep: Replay,

@@ -52,16 +52,16 @@ NATIVE_TRACES: dict[str, Trace | str] = {
 }
 
 
-def test_ray_native_falls_after_the_launch_timeout_and_never_climbs() -> None:
+def test_ray_native_relaunches_the_primary_after_the_launch_timeout() -> None:
     p = run(ladder(H, A), NATIVE_TRACES, RayNative(launch_timeout_s=150, start_s=50))
-    # 2: h100 lost; the launch of h100 waits 150 s (until 3.5), then a100 starts and
-    # serves at 4.0. h100 is back at 4, but the replica stays on a100 until a100 is lost
-    # at 9; the re-placement launches h100 (serving at 9.5).
-    assert p.replay.served_per_tick() == [H, H, None, None, A, A, A, A, A, None]
-    assert p.rung_fraction == pytest.approx({H: 0.25, A: 0.5, "shed": 0.0})
+    # 2: h100 lost; the launch of h100 times out at 3.5 and autoscaler v2 launches h100
+    # again (the label-selector score sorts first), never a100, which no node keeps up.
+    # h100 is back at 4 and serves at 4.5 (issue 29: it used to move on to a100).
+    assert p.replay.served_per_tick() == [H, H, None, None, None, H, H, H, H, H]
+    assert p.rung_fraction == pytest.approx({H: 0.75, A: 0.0, "shed": 0.0})
     assert p.unserved_fraction == pytest.approx(0.25)
-    assert (p.falls, p.climbs) == (1, 1)  # down at 3.5, back up by re-placement at 9
-    assert p.top_fraction == pytest.approx(0.25)
+    assert (p.falls, p.climbs) == (0, 0)  # it never heads anywhere but h100
+    assert p.top_fraction == pytest.approx(0.75)
 
 
 def test_ray_native_default_timeout_waits_for_the_top_rung() -> None:
@@ -94,7 +94,8 @@ GKE_TRACES: dict[str, Trace | str] = {
 
 def test_gke_walks_the_priorities_then_migrates_up() -> None:
     p = run(ladder(H, A, C), GKE_TRACES,
-            GkeComputeClass(climb_s=150, provision_fail_s=20, start_s=50))
+            GkeComputeClass(climb_s=150, provision_fail_s=20, start_s=50,
+                            backoff_initial_s=0))  # backoff: test_peers_faithful
     # 2: h100 lost; h100 fails (2.2), a100 fails (2.4), cpu serves at 2.9. 3: a100 is
     # obtainable: migration, cpu serving until 4.5. 5: h100: migration until 6.5.
     assert p.replay.served_per_tick() == [H, H, None, C, C, A, A, H, H, H]
@@ -112,7 +113,8 @@ def test_gke_without_active_migration_stays_low() -> None:
 
 def test_gke_abandons_a_migration_whose_target_is_lost() -> None:
     traces: dict[str, Trace | str] = {H: bits(1, 0, 1, 0, 0, 0, 0, 0, 0, 0), C: "always"}
-    p = run(ladder(H, C), traces, GkeComputeClass(climb_s=150, provision_fail_s=0, start_s=0))
+    p = run(ladder(H, C), traces, GkeComputeClass(climb_s=150, provision_fail_s=0, start_s=0,
+                                                    backoff_initial_s=0))
     # 1: onto cpu at once; 2: migration to h100 (ready 3.5), lost at 3: abandoned.
     assert p.replay.served_per_tick() == [H, C, C, C, C, C, C, C, C, C]
     assert (p.falls, p.climbs, p.climbs_abandoned) == (2, 1, 1)
@@ -132,7 +134,8 @@ def test_gke_when_unsatisfiable_both_ways(when: str, expected: list[str | None])
     traces: dict[str, Trace | str] = {H: bits(1, 1, 0, 0, 1, 1, 1, 1, 1, 1),
                                       C: bits(1, 1, 0, 0, 0, 0, 0, 0, 0, 0)}
     p = run(ladder(H, C), traces, GkeComputeClass(climb_s=0, provision_fail_s=0, start_s=0,
-                                                  when_unsatisfiable=when))
+                                                  when_unsatisfiable=when,
+                                                  backoff_initial_s=0))
     assert p.replay.served_per_tick() == expected
 
 
@@ -180,14 +183,15 @@ def test_karpenter_refused_launch_waits_and_tries_the_next_offering() -> None:
     assert (p.falls, p.climbs) == (1, 0)  # refused launches start nothing: not moves
 
 
-def test_karpenter_consolidation_climbs_once_the_cache_expires() -> None:
+def test_karpenter_price_consolidation_moves_to_the_cheapest_offering() -> None:
     p = run(ladder(H, A, C), KARPENTER_TRACES,
             Karpenter(ice_ttl_s=300, retry_s=20, start_s=50, consolidation=True,
                       consolidate_after_s=0))
-    # As without consolidation until 5, when h100's cache entry expires: the
-    # replacement serves at 5.5.
-    assert p.replay.served_per_tick() == [H, H, None, A, None, C, H, H, H, H]
-    assert (p.falls, p.climbs) == (2, 1)
+    # Consolidation is by price, not weight (issue 29): at 0 the h100 node (36/h) can be
+    # replaced by a single cheaper one, cpu (3.6/h, obtainable, same kind of request),
+    # serving at 0.5; nothing is cheaper than cpu, so it stays, and never climbs.
+    assert p.replay.served_per_tick() == [H, C, C, C, C, C, C, C, C, C]
+    assert (p.falls, p.climbs) == (1, 0)
 
 
 # --- LiteLLM ----------------------------------------------------------------------
@@ -195,7 +199,8 @@ def test_karpenter_consolidation_climbs_once_the_cache_expires() -> None:
 def test_litellm_retries_at_once_and_comes_back_at_a_cooldown_boundary() -> None:
     traces: dict[str, Trace | str] = {H: bits(1, 1, 0, 0, 1, 1, 0, 1, 1, 1),
                                       A: "always", C: "always"}
-    p = run(ladder(H, A, C), traces, LiteLLM(cooldown_s=30, start_s=50))
+    p = run(ladder(H, A, C), traces, LiteLLM(cooldown_s=30, start_s=50, fail_s=0,
+                                             cooldown_dead=True))
     # 2: h100 fails, the retry goes to a100 at once. 4: h100 obtainable, its endpoint
     # answers at 4.5; retries every 30 s since 2 put it back at 4.7. 6: fails again;
     # 7: up at 7.5, which is a retry boundary (6 + 5 x 0.3).
@@ -206,13 +211,13 @@ def test_litellm_retries_at_once_and_comes_back_at_a_cooldown_boundary() -> None
     # A climb at 4.7 followed by a fall at 6 is a flap within 2 ticks, not within one
     # (the default window: the ladder's hysteresis, 1 tick).
     assert p.flaps == 0 and p.flap_window_s == 100
-    assert simulate(ladder(H, A, C), traces, compare=[LiteLLM(30, 50)], tick_s=TICK,
+    assert simulate(ladder(H, A, C), traces, compare=[LiteLLM(30, 50, 0, True)], tick_s=TICK,
                     flap_window_s=200).comparison[0].flaps == 1
 
 
 def test_litellm_bills_every_deployment_as_standby() -> None:
     traces: dict[str, Trace | str] = {H: bits(1, 1, 1, 1, 1, 0, 0, 0, 0, 0)}
-    p = run(ladder(H, A), traces, LiteLLM(cooldown_s=5, start_s=0))
+    p = run(ladder(H, A), traces, LiteLLM(cooldown_s=5, start_s=0, fail_s=0))
     # h100 serves 500 s (36/h: 5.0), a100 500 s (18/h: 2.5); a100 idles running for
     # the other 500 s (standby 2.5). Per served hour: (7.5 + 2.5) / (1000 / 3600).
     assert p.cost == pytest.approx(7.5)
@@ -286,7 +291,8 @@ def test_gke_scale_up_anyway_cannot_host_an_accelerator_pod() -> None:
     traces: dict[str, Trace | str] = {"h100": bits(1, 1, 0, 0, 1, 1, 1, 1, 1, 1),
                                       "l4": bits(1, 1, 0, 0, 0, 0, 0, 0, 0, 0)}
     p = run(lad, traces, GkeComputeClass(climb_s=0, provision_fail_s=0, start_s=0,
-                                         when_unsatisfiable="ScaleUpAnyway"))
+                                         when_unsatisfiable="ScaleUpAnyway",
+                                         backoff_initial_s=0))
     # The default machine series has no GPU: the pod stays pending, as with DoNotScaleUp.
     assert p.replay.served_per_tick() == [H, H, None, None, H, H, H, H, H, H]
 

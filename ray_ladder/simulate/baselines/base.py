@@ -162,6 +162,11 @@ class Baseline(ABC):
         (``None``: it cannot; the report notes any row above the oracle all the same)."""
         return None
 
+    def cannot_run(self, ctx: PolicyContext) -> str | None:
+        """Why this system cannot run the workload of ``ctx`` at all (``None``: it can);
+        the report then has no row for it and says why in a note."""
+        return None
+
     def params(self) -> dict[str, Any]:
         """The parameters, by field name."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
@@ -312,6 +317,7 @@ class PlacementRun(Stepper):
         self.eng.start(best(ok, self.is_compute))
         if self.eng.served < 0:
             self._place(0.0, ok)
+        self._after(0.0, ok)
 
     def change(self, t: float, ok: tuple[bool, ...]) -> None:
         eng = self.eng

@@ -80,3 +80,22 @@ class PolicyContext:
         feature: the baselines keep none.)
         """
         return tuple(c and not t for c, t in zip(self.compute, self.traced, strict=True))
+
+    def accelerated(self, i: int) -> bool:
+        """Whether rung ``i`` asks for an accelerator: custom resources, GPUs or an
+        accelerator type (a CPU rung asks for none of them).
+
+        A replica's resource request is fixed: one that asks for an accelerator cannot
+        run on a node without one, and the reverse is a different request too.
+        """
+        rung = self.ladder.rung(self.names[i])
+        return bool(rung.resources or rung.num_gpus or rung.accelerator_type)
+
+    def training_rungs(self) -> list[str]:
+        """Eligible compute rungs with a Ray Train shape (``train:``): a training gang.
+
+        A rung that needs ``k > 1`` instances without one may be ``k`` serving replicas,
+        so it is not counted here.
+        """
+        return [n for n, c in zip(self.names, self.compute, strict=True)
+                if c and self.ladder.rung(n).train is not None]

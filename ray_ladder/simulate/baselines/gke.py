@@ -5,16 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ray_ladder.simulate.baselines.base import (
-    INF,
-    PlacementRun,
-    SteppedBaseline,
-    Stepper,
-    best,
-)
+from ray_ladder.simulate.baselines.base import INF, PlacementRun, SteppedBaseline, Stepper
 from ray_ladder.simulate.baselines.context import PolicyContext
 
 WHEN_UNSATISFIABLE = ("DoNotScaleUp", "ScaleUpAnyway")
+
+# The cluster autoscaler's node-group backoff (kubernetes/autoscaler, cluster-autoscaler
+# flags `--initial-node-group-backoff-duration` 5m, `--max-node-group-backoff-duration`
+# 30m, `--node-group-backoff-reset-timeout` 3h; utils/backoff's exponential backoff
+# doubles the duration after each failed scale-up, up to the max).
+BACKOFF_INITIAL_S = 300.0
+BACKOFF_MAX_S = 1800.0
+BACKOFF_RESET_S = 10800.0
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,12 @@ class GkeComputeClass(SteppedBaseline):
       obtainable fails after ``provision_fail_s`` and the next one is tried (GKE moves on
       at once after a stock-out error, one autoscaler scan); the first obtainable rule's
       node serves ``start_s`` after it is asked for.
+    * **Node-pool backoff**: a rule (node pool) whose scale-up failed is backed off by
+      the cluster autoscaler: skipped, without a try, for ``backoff_initial_s`` after
+      its first failure, then twice as long after each further failure, at most
+      ``backoff_max_s``; the length starts over once ``backoff_reset_s`` pass without a
+      failure. A backed-off rule is skipped even if its capacity is back, by the walk
+      and by active migration alike; the walk starts again when a backoff ends.
     * **No rule satisfiable**: ``whenUnsatisfiable: DoNotScaleUp`` leaves the pod pending
       (nothing served) until a rule can be had again; ``ScaleUpAnyway`` creates a node of
       GKE's default machine series (general-purpose, no accelerator) instead. It can run
@@ -49,6 +57,10 @@ class GkeComputeClass(SteppedBaseline):
         start_s: Seconds from asking for a node (or placing on one) to the pod serving.
         active_migration: ``activeMigration.optimizeRulePriority``.
         when_unsatisfiable: ``DoNotScaleUp`` or ``ScaleUpAnyway``.
+        backoff_initial_s: First backoff of a node pool whose scale-up failed (300).
+        backoff_max_s: Longest backoff (1800).
+        backoff_reset_s: Seconds without a failure after which the backoff starts over
+            (10800).
 
     Example:
         >>> from ray_ladder.simulate.baselines import GkeComputeClass
@@ -57,12 +69,17 @@ class GkeComputeClass(SteppedBaseline):
     """
 
     name: ClassVar[str] = "gke-computeclass"
-    non_negative: ClassVar[tuple[str, ...]] = ("climb_s", "provision_fail_s", "start_s")
+    non_negative: ClassVar[tuple[str, ...]] = ("climb_s", "provision_fail_s", "start_s",
+                                               "backoff_initial_s", "backoff_max_s",
+                                               "backoff_reset_s")
     climb_s: float = 341.0
     provision_fail_s: float = 10.0
     start_s: float = 10.0
     active_migration: bool = True
     when_unsatisfiable: str = "DoNotScaleUp"
+    backoff_initial_s: float = BACKOFF_INITIAL_S
+    backoff_max_s: float = BACKOFF_MAX_S
+    backoff_reset_s: float = BACKOFF_RESET_S
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -102,6 +119,21 @@ class _GkeRun(PlacementRun):
             self.anyway = False  # GKE's default node cannot host an accelerator pod
         self.on_default = False  # serving (or starting) GKE's default node
         self.walk = -1  # position in self.compute of the rule being provisioned; -1: none
+        n, tick = len(ctx.names), ctx.tick_s
+        self.b0, self.bmax = policy.backoff_initial_s / tick, policy.backoff_max_s / tick
+        self.breset = policy.backoff_reset_s / tick
+        self.until = [-INF] * n  # per rule: backed off until then
+        self.length = [0.0] * n  # per rule: the last backoff's length (0: none yet)
+        self.failed_at = [-INF] * n  # per rule: its last failed scale-up
+
+    def _backed_off(self, i: int, t: float) -> bool:
+        return self.until[i] > t
+
+    def _fail(self, i: int, t: float) -> None:
+        """Rule ``i``'s scale-up failed at ``t``: back its node pool off."""
+        fresh = self.length[i] == 0 or t - self.failed_at[i] >= self.breset
+        self.length[i] = self.b0 if fresh else min(2 * self.length[i], self.bmax)
+        self.failed_at[i], self.until[i] = t, t + self.length[i]
 
     def _ok(self, ok: tuple[bool, ...], i: int) -> bool:
         return ok[i] or (self.on_default and i == self.default)
@@ -115,7 +147,11 @@ class _GkeRun(PlacementRun):
             self.on_default = False
 
     def _timer_fired(self, t: float, ok: tuple[bool, ...]) -> None:
-        self._try(t, ok, self.walk + 1)  # the rule failed: the next one
+        if self.walk >= 0:
+            self._fail(self.compute[self.walk], t)
+            self._try(t, ok, self.walk + 1)  # the rule failed: the next one
+        elif self.eng.served < 0 and self.eng.pending < 0:
+            self._place(t, ok)  # a backoff ended: walk the priorities again
 
     def _launch(self, t: float, ok: tuple[bool, ...]) -> None:
         self._try(t, ok, 0)
@@ -123,17 +159,27 @@ class _GkeRun(PlacementRun):
     def _try(self, t: float, ok: tuple[bool, ...], pos: int) -> None:
         while pos < len(self.compute):
             i = self.compute[pos]
+            if self._backed_off(i, t):
+                pos += 1  # the autoscaler skips a node pool in backoff, without a try
+                continue
             if ok[i]:
                 self._run_on(t, i)
                 return
             if self.fail > 0:  # this rule fails after one attempt; the next one is next
                 self.walk, self.timer = pos, t + self.fail
                 return
+            self._fail(i, t)
             pos += 1
         self._stop_trying()
         if self.anyway:
             self._run_on(t, self.default, default=True)
-        # DoNotScaleUp: pending until capacity changes (see _waiting()).
+        # DoNotScaleUp: pending until capacity changes (see _waiting()) or a backoff ends.
+        self._wake(t)
+
+    def _wake(self, t: float) -> None:
+        """Set the timer to the first backoff that ends after ``t`` (if nothing else)."""
+        if self.walk < 0 and self.timer == INF:
+            self.timer = min((u for u in self.until if u > t), default=INF)
 
     def _stop_trying(self) -> None:
         self.walk, self.timer = -1, INF
@@ -149,7 +195,13 @@ class _GkeRun(PlacementRun):
             return
         # Off the default node, any rule beats it; otherwise only higher priorities.
         limit = len(ok) if self.on_default else eng.served
-        b = best(ok, self.is_compute, limit)
+        b = next((i for i in range(limit) if ok[i] and self.is_compute[i]
+                  and not self._backed_off(i, t)), -1)
         if b >= 0 and b != eng.served:
             eng.aim(t, b)
             eng.switch(t, b, self.climb, climb=True)
+        elif self.timer == INF:
+            # A better rule is obtainable but backed off: look again when it ends.
+            self.timer = min((self.until[i] for i in range(limit)
+                              if ok[i] and self.is_compute[i] and self.until[i] > t),
+                             default=INF)

@@ -1,4 +1,4 @@
-"""Karpenter: weighted offerings, a 3-minute insufficient-capacity cache, no climb by weight."""
+"""Karpenter: weighted offerings, a 3-minute insufficient-capacity cache, price consolidation."""
 
 from __future__ import annotations
 
@@ -23,19 +23,29 @@ class Karpenter(SteppedBaseline):
       (insufficient capacity), that offering is cached for ``ice_ttl_s`` and the next
       try comes ``retry_s`` later. With every offering cached it waits for the first
       entry to expire. A launch whose capacity vanishes before it serves is refused too.
-    * **No climb by weight**: consolidation replaces nodes to save money and does not
-      look at NodePool weights, so a pod on a lower-weight offering stays there until
-      lost (``consolidation=False``, the default). With ``consolidation=True`` Karpenter
-      is modelled as if it consolidated by weight: when a better offering is obtainable
-      and not cached, it launches the replacement and moves the pod after
-      ``consolidate_after_s + start_s``; the old node serves meanwhile.
+    * **No climb by weight**: without consolidation (``consolidation=False``, the
+      default here) a pod on a lower-weight offering stays there until lost.
+    * **Price consolidation** (``consolidation=True``, ``WhenEmptyOrUnderutilized``):
+      Karpenter replaces a node when "it can be replaced by a single lower price
+      replacement node" (karpenter.sh, Disruption, Consolidation), whatever the
+      NodePool weights: when an offering *cheaper* than the serving one
+      (``cost_per_hour``) is obtainable and not cached, and can host the pod (the same
+      accelerator kind: :meth:`PolicyContext.accelerated`), it launches the cheapest
+      such one and moves the pod after ``consolidate_after_s + start_s``; the old node
+      serves meanwhile. So it goes back to a cheaper (spot) offering when it is back
+      (aws/karpenter-provider-aws#7490: "we should go back to spot when it becomes
+      available"), climbs to a better rung only if that rung is cheaper, and moves
+      *down* to a cheaper rung that is worse.
+    * **One offering per rung.** A NodePool spanning several zones is one offering per
+      zone; the simulator has one trace per rung, so each rung is one offering (give a
+      rung the trace of the zone it runs in; a multi-zone pool's union is not modelled).
 
     Attributes:
         ice_ttl_s: Seconds a refused or interrupted offering is skipped (180).
         retry_s: Seconds from a refused launch to the next try (pod requeue + batch).
         start_s: Seconds from a launch (or a placement on a node that is up) to serving.
-        consolidation: Climb back to better offerings (not Karpenter's behaviour).
-        consolidate_after_s: Seconds a better offering must wait before the move.
+        consolidation: Price consolidation (replace by a single cheaper node).
+        consolidate_after_s: Seconds before a consolidation is carried out (15).
 
     Example:
         >>> from ray_ladder.simulate.baselines import Karpenter
@@ -64,6 +74,8 @@ class _KarpenterRun(PlacementRun):
         self.consolidate = policy.consolidation
         self.consolidate_delay = (policy.consolidate_after_s + policy.start_s) / ctx.tick_s
         self.cached = [-INF] * len(ctx.names)  # tick until which an offering is skipped
+        self.cost = [ctx.ladder.rung(n).cost_per_hour for n in ctx.names]
+        self.kind = [ctx.accelerated(i) for i in range(len(ctx.names))]
 
     def _on_loss(self, t: float, ok: tuple[bool, ...]) -> None:
         # An interruption marks the serving offering; a launch whose capacity vanished
@@ -102,13 +114,14 @@ class _KarpenterRun(PlacementRun):
         eng = self.eng
         if not self.consolidate or eng.served < 0 or eng.pending >= 0:
             return
-        b = next((i for i in self.compute[: self.compute.index(eng.served)]
-                  if ok[i] and self.cached[i] <= t), -1)
-        if b >= 0:
+        s = eng.served
+        cheaper = [i for i in self.compute if i != s and self.cost[i] < self.cost[s]
+                   and self.kind[i] == self.kind[s] and ok[i]]
+        free = [i for i in cheaper if self.cached[i] <= t]
+        if free:
+            b = min(free, key=lambda i: (self.cost[i], i))  # the cheapest replacement
             eng.aim(t, b)
-            eng.switch(t, b, self.consolidate_delay, climb=True)
-        elif any(ok[i] and self.cached[i] > t for i in self.compute
-                 if i < eng.served):
-            # A better offering is up but still cached: look again when it expires.
-            self.timer = min(self.timer, min(
-                self.cached[i] for i in self.compute if i < eng.served and ok[i]))
+            eng.switch(t, b, self.consolidate_delay, climb=eng.rank(b) < eng.rank(s))
+        elif cheaper:
+            # A cheaper offering is up but still cached: look again when it expires.
+            self.timer = min(self.timer, min(self.cached[i] for i in cheaper))

@@ -1,38 +1,56 @@
-"""Ray's own fallback: ``label_selector`` + ``fallback_strategy``, placed once, never climbing."""
+"""Ray's own fallback: ``label_selector`` + ``fallback_strategy``, as Ray 2.60 places it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ray_ladder.simulate.baselines.base import INF, PlacementRun, SteppedBaseline, Stepper
+from ray_ladder.simulate.baselines.base import PlacementRun, SteppedBaseline, Stepper
 from ray_ladder.simulate.baselines.context import PolicyContext
+
+# Ray 2.60's defaults, read from its source (ray/autoscaler/...):
+LAUNCH_TIMEOUT_S = 3600.0
+"""``RAY_AUTOSCALER_RECONCILE_ALLOCATE_STATUS_TIMEOUT_S``, ``60 * 60``
+(``ray/autoscaler/v2/instance_manager/config.py``,
+``InstanceReconcileConfig.allocate_status_timeout_s``): how long an allocated instance may
+wait to run Ray before the reconciler marks it ``ALLOCATION_TIMEOUT``."""
 
 
 @dataclass(frozen=True)
 class RayNative(SteppedBaseline):
-    """Ray's native label fallback: chosen at placement time, kept until the rung is lost.
+    """Ray's native label fallback, as Ray 2.60's scheduler and autoscaler v2 place it.
 
-    One replica (or task) asks for the top rung's ``label_selector`` with the lower
-    compute rungs as its ``fallback_strategy``. The model, per placement (at start, and
-    each time the serving rung is lost):
+    One replica (or task) asks for the top compute rung's resources and
+    ``label_selector``, with the lower rungs' selectors as its ``fallback_strategy``.
+    The model, per placement (at start, and each time the serving rung is lost):
 
-    * Ray's scheduler tries the selectors in order against nodes that are up *now*
-      (``fallback_strategy`` is matched against feasible and available nodes): a
-      *resident* rung (one without a trace: a pool you own) gets the replica at once;
-      it serves ``start_s`` later.
-    * With no such node, the replica waits on the autoscaler, which launches a node of
-      the first rung: obtainable, it serves ``start_s`` later; not obtainable, the
-      launch stays pending until the rung becomes obtainable or
-      ``launch_timeout_s`` (``RAY_AUTOSCALER_RECONCILE_ALLOCATE_STATUS_TIMEOUT_S``)
-      passes, and then the next rung is tried (after the last, the first again).
-    * It never climbs: a replica on a lower rung stays there until that rung is lost.
+    * **Same request, other labels.** ``fallback_strategy`` is a list of decorator
+      options that replace the *label selector*, not the resource request
+      (``ray/remote_function.py``: "soft constraints through a list of decorator options
+      to fall back on when scheduling on a node"). A rung whose request differs in kind
+      (accelerator vs none: :meth:`PolicyContext.accelerated`) is no fallback target:
+      a GPU replica never lands on a CPU rung, and the reverse.
+    * **A node that is up now** of a fallback rung (a *resident* rung: one without a
+      trace, a pool you own) takes the replica at once (the raylet tries the selectors
+      in order against available nodes); it serves ``start_s`` later.
+    * **Otherwise the autoscaler launches the primary type, always.** Autoscaler v2
+      sorts candidate node types by ``UtilizationScore`` first, whose first element is
+      the label-selector priority (``ray/autoscaler/v2/scheduler.py``,
+      ``_compute_score`` -> ``_satisfies_label_constraints``: ``len(selectors) - i``),
+      and only then by recoverable availability, priority and cloud availability
+      (``_schedule_node``'s sort). The primary's node type wins every round, so a
+      launch that fails or passes ``launch_timeout_s`` is followed by another launch of
+      the *same* type: the replica serves when the primary is obtainable again, never
+      on a lower rung that nothing keeps up.
+    * **It never climbs**: a replica on a lower rung (one it started on at time 0, or a
+      resident pool) stays there until that rung is lost.
 
     Cache and shed rungs are not Ray placements: this policy never serves them.
 
     Attributes:
         launch_timeout_s: Seconds a pending launch waits before it counts as failed
-            (Ray 2.60's default: 3600).
+            (Ray 2.60's default: 3600). The next launch is of the same type, so it
+            changes no figure; kept so that specs naming it still parse.
         start_s: Seconds from a placement to the replica serving (node boot, if any,
             plus replica start).
 
@@ -44,7 +62,7 @@ class RayNative(SteppedBaseline):
 
     name: ClassVar[str] = "ray-native"
     non_negative: ClassVar[tuple[str, ...]] = ("launch_timeout_s", "start_s")
-    launch_timeout_s: float = 3600.0
+    launch_timeout_s: float = LAUNCH_TIMEOUT_S
     start_s: float = 10.0
 
     def stepper(self, ctx: PolicyContext) -> Stepper:
@@ -52,40 +70,44 @@ class RayNative(SteppedBaseline):
         return _RayNativeRun(self, ctx)
 
 
+def fallback_targets(ctx: PolicyContext) -> list[int]:
+    """Compute rungs a replica of the top compute rung may fall onto: those whose
+    resource request is of the same kind (accelerator or none), the top one first.
+
+    Example:
+        >>> fallback_targets(PolicyContext.build(gpu_ladder, timeline))  # doctest: +SKIP
+        [0, 1, 2]
+    """
+    compute = [i for i, c in enumerate(ctx.compute) if c]
+    if not compute:
+        return []
+    kind = ctx.accelerated(compute[0])
+    return [i for i in compute if ctx.accelerated(i) == kind]
+
+
 class _RayNativeRun(PlacementRun):
     def __init__(self, policy: RayNative, ctx: PolicyContext) -> None:
         super().__init__(ctx, policy.start_s)
-        self.timeout = policy.launch_timeout_s / ctx.tick_s
-        self.attempt = -1  # position in self.compute of the launch waited on; -1: none
+        self.compute = fallback_targets(ctx)
+        fits = set(self.compute)
+        self.is_compute = tuple(i in fits for i in range(len(ctx.names)))
+        self.resident = tuple(r and i in fits for i, r in enumerate(ctx.resident))
+        self.launching = False  # a launch of the primary is pending
 
     def _waiting(self, t: float, ok: tuple[bool, ...]) -> None:
-        if self.attempt >= 0 and ok[self.compute[self.attempt]]:
-            self._run_on(t, self.compute[self.attempt])  # the pending launch succeeds
-        elif self.attempt < 0 and self.eng.pending < 0:
+        if self.launching and ok[self.compute[0]]:
+            self._run_on(t, self.compute[0])  # the pending launch of the primary succeeds
+        elif not self.launching and self.eng.pending < 0:
             self._place(t, ok)
 
     def _timer_fired(self, t: float, ok: tuple[bool, ...]) -> None:
-        # The launch waited on timed out: the autoscaler tries the next rung.
-        self._try(t, ok, (self.attempt + 1) % len(self.compute))
+        pass  # no timer: a timed-out launch is relaunched as the same type (no change)
 
     def _launch(self, t: float, ok: tuple[bool, ...]) -> None:
-        self._try(t, ok, 0)
-
-    def _try(self, t: float, ok: tuple[bool, ...], pos: int) -> None:
-        if self.timeout <= 0:  # no wait at all: the first obtainable rung from pos on
-            order = self.compute[pos:] + self.compute[:pos]
-            i = next((i for i in order if ok[i]), -1)
-            if i >= 0:
-                self._run_on(t, i)
-            else:  # nothing to launch: wait for capacity to change
-                self.attempt = -1
-            return
-        self.attempt = pos
-        i = self.compute[pos]
-        if ok[i]:
-            self._run_on(t, i)
+        if ok[self.compute[0]]:
+            self._run_on(t, self.compute[0])
         else:
-            self.timer = t + self.timeout
+            self.launching = True  # pending (relaunched after each timeout) until obtainable
 
     def _stop_trying(self) -> None:
-        self.attempt, self.timer = -1, INF
+        self.launching = False
