@@ -285,8 +285,8 @@ def _emit(report: SimulationReport, json_out: str | None, plot_out: str | None) 
     for table in comparison_tables(report, console) if report.comparison else []:
         console.print(table)
     for note in report.notes:  # a row above the oracle is never printed in silence
-        head = "NOTE" if note.startswith("no row for ") else "NOTE: above the oracle"
-        console.print(f"[bold red]{head}[/]: {escape(note)}")
+        head = "NOTE: above the oracle" if note.kind == "above_oracle" else "NOTE"
+        console.print(f"[bold red]{head}[/]: {escape(note.text)}")
     if json_out == "-":
         click.echo(report.to_json())
     elif json_out:

@@ -30,7 +30,7 @@ from ray_ladder.simulate.generators import (
     queued_trace,
 )
 from ray_ladder.simulate.replay import Replay, replay
-from ray_ladder.simulate.report import PolicyReport, SimulationReport
+from ray_ladder.simulate.report import Note, PolicyReport, SimulationReport
 from ray_ladder.simulate.specs import parse_duration, parse_trace_spec
 from ray_ladder.simulate.trace_files import load_trace
 from ray_ladder.simulate.traces import Trace
@@ -43,6 +43,7 @@ __all__ = [
     "Karpenter",
     "LadderPolicy",
     "LiteLLM",
+    "Note",
     "PolicyReport",
     "RayNative",
     "Replay",

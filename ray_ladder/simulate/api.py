@@ -15,7 +15,7 @@ from ray_ladder.simulate.bounds import oracle_notes
 from ray_ladder.simulate.compare import run_comparison
 from ray_ladder.simulate.figures import serving_rungs
 from ray_ladder.simulate.replay import Replay, hysteresis_ticks, ladder_hysteresis_s, replay
-from ray_ladder.simulate.report import SimulationReport, summarise
+from ray_ladder.simulate.report import Note, SimulationReport, summarise
 from ray_ladder.simulate.specs import resolve_traces
 from ray_ladder.simulate.traces import Trace, tick_index
 
@@ -192,10 +192,10 @@ def simulate(
 
 
 
-def _runnable(compared: list[Baseline], ctx: PolicyContext) -> tuple[list[Baseline], list[str]]:
-    """The policies that can run ``ctx``'s workload, and a note for each that cannot (a
-    Serve-only system on a training gang): it gets no row."""
-    skipped = [f"no row for {b.label}: {why}" for b in compared
+def _runnable(compared: list[Baseline], ctx: PolicyContext) -> tuple[list[Baseline], list[Note]]:
+    """The policies that can run ``ctx``'s workload, and a ``"cannot_run"`` note for each
+    that cannot (a Serve-only system on a training gang): it gets no row."""
+    skipped = [Note("cannot_run", b.label, f"no row for {b.label}: {why}") for b in compared
                if (why := b.cannot_run(ctx)) is not None]
     return [b for b in compared if b.cannot_run(ctx) is None], skipped
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ray_ladder.simulate.report import PolicyReport
+from ray_ladder.simulate.report import Note, PolicyReport
 
 _EPS = 1e-9
 
@@ -27,8 +27,9 @@ def _same(a: float, b: float) -> bool:
 
 
 def oracle_notes(oracle: PolicyReport,
-                 rows: Iterable[tuple[PolicyReport, str | None]]) -> list[str]:
-    """One note per policy whose figures beat the oracle's, saying which and why.
+                 rows: Iterable[tuple[PolicyReport, str | None]]) -> list[Note]:
+    """One ``"above_oracle"`` :class:`Note` per figure of a policy that beats the
+    oracle's, saying which and why.
 
     Args:
         oracle: The oracle's report.
@@ -39,25 +40,26 @@ def oracle_notes(oracle: PolicyReport,
         >>> oracle_notes(report.oracle, [(p, None) for p in report.policies])  # doctest: +SKIP
         []
     """
-    notes: list[str] = []
+    texts: list[tuple[str, str]] = []
     for p, why in rows:
         label = p.label
         beyond = why or ("not expected of this model: the traces allow no more; report "
                          "it as a defect")
         if _more(p.served_hours, oracle.served_hours):
-            notes.append(f"{label} serves {p.served_hours:.4g} h, more than the oracle's "
-                         f"{oracle.served_hours:.4g} h: {beyond}")
+            texts.append((label, f"{label} serves {p.served_hours:.4g} h, more than the "
+                                 f"oracle's {oracle.served_hours:.4g} h: {beyond}"))
         if _more(p.quality_weighted_availability, oracle.quality_weighted_availability):
-            notes.append(f"{label} has quality x availability "
-                         f"{p.quality_weighted_availability:.4f}, above the oracle's "
-                         f"{oracle.quality_weighted_availability:.4f}: {beyond}")
+            texts.append((label, f"{label} has quality x availability "
+                                 f"{p.quality_weighted_availability:.4f}, above the oracle's "
+                                 f"{oracle.quality_weighted_availability:.4f}: {beyond}"))
         cph, best = p.cost_per_served_hour, oracle.cost_per_served_hour
         if (cph is not None and best is not None and _more(best, cph)
                 and _same(p.served_hours, oracle.served_hours)
                 and _same(p.quality_weighted_availability,
                           oracle.quality_weighted_availability)):
-            notes.append(f"{label} serves as many hours at the oracle's quality for "
-                         f"{cph:.2f} per served hour against the oracle's {best:.2f}: it "
-                         "serves a rung of equal quality that costs less, which the oracle "
-                         "(the best rung in ladder order, not the cheapest) passes over")
-    return notes
+            texts.append((label, f"{label} serves as many hours at the oracle's quality for "
+                                 f"{cph:.2f} per served hour against the oracle's {best:.2f}: "
+                                 "it serves a rung of equal quality that costs less, which the "
+                                 "oracle (the best rung in ladder order, not the cheapest) "
+                                 "passes over"))
+    return [Note("above_oracle", label, text) for label, text in texts]

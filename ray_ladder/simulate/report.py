@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ray_ladder.simulate.align import Timeline
 from ray_ladder.simulate.figures import cost_per_served_hour as per_served_hour
@@ -139,6 +139,36 @@ class PolicyReport:
         return out
 
 
+NoteKind = Literal["above_oracle", "cannot_run"]
+"""What a :class:`Note` is about."""
+
+
+@dataclass(frozen=True)
+class Note:
+    """One loud note of a report: its kind, the policy it names, and the sentence.
+
+    Attributes:
+        kind: ``"above_oracle"``: the policy's figures beat the oracle's, and ``text``
+            says which and why (:func:`~ray_ladder.simulate.bounds.oracle_notes`);
+            ``"cannot_run"``: the system cannot run this workload (a Serve-only system
+            on a training gang), so it has no row.
+        policy: The label of the policy it names (``"litellm"``, ``"ladder h=2"``).
+        text: The note as a sentence, for people.
+
+    Example:
+        >>> Note("cannot_run", "litellm", "no row for litellm: ...").to_dict()
+        {'kind': 'cannot_run', 'policy': 'litellm', 'text': 'no row for litellm: ...'}
+    """
+
+    kind: NoteKind
+    policy: str
+    text: str
+
+    def to_dict(self) -> dict[str, str]:
+        """The note as a JSON object."""
+        return {"kind": self.kind, "policy": self.policy, "text": self.text}
+
+
 @dataclass(frozen=True)
 class SimulationReport:
     """A whole simulation: the ladder, the traces, the oracle and each policy.
@@ -155,8 +185,11 @@ class SimulationReport:
         policies: One report per ``hysteresis`` value, in the order asked.
         comparison: One report per compared policy (``compare=``), in the order asked.
         flap_window_s: The window every report counts flaps in.
-        notes: Loud notes: each policy whose figures beat the oracle's, and why
-            (:func:`~ray_ladder.simulate.bounds.oracle_notes`); empty when none does.
+        notes: Loud notes, one :class:`Note` each (a JSON object in :meth:`to_dict`):
+            ``"above_oracle"`` for each policy whose figures beat the oracle's, and why
+            (:func:`~ray_ladder.simulate.bounds.oracle_notes`); ``"cannot_run"`` for each
+            compared policy that cannot run the workload and so has no row. Empty when
+            there is neither.
         timeline: The aligned observations (not in :meth:`to_dict`).
         traces: The traces replayed (not in :meth:`to_dict`).
 
@@ -177,7 +210,7 @@ class SimulationReport:
     traces: dict[str, Trace] = field(repr=False, compare=False)
     comparison: list[PolicyReport] = field(default_factory=list)
     flap_window_s: float = 0.0
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
 
     def compared(self, label: str) -> PolicyReport:
         """The compared policy with this label (``"karpenter"``, ``"ladder"``, ...).
@@ -213,7 +246,7 @@ class SimulationReport:
             "oracle": self.oracle.to_dict(),
             "policies": [p.to_dict() for p in self.policies],
             "comparison": [p.to_dict() for p in self.comparison],
-            "notes": list(self.notes),
+            "notes": [n.to_dict() for n in self.notes],
         }
 
     def to_json(self, indent: int | None = 2) -> str:

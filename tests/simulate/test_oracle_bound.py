@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from ray_ladder import Ladder
 from ray_ladder.cli import main
-from ray_ladder.simulate import SimulationReport, Trace, simulate
+from ray_ladder.simulate import Note, SimulationReport, Trace, simulate
 from ray_ladder.simulate.bounds import oracle_notes
 from tests.simulate import test_baselines as tb
 from tests.simulate import test_served as ts
@@ -88,10 +88,11 @@ def test_no_policy_beats_the_oracle_in_silence(case: str, report: SimulationRepo
         broken = beats(p, report.oracle)
         if "ScaleUpAnyway" in p.policy:
             # The one model that serves against its trace: it may, but never in silence.
-            assert bool(broken) == any(n.startswith(p.label) for n in report.notes), case
+            assert bool(broken) == any(n.policy == p.label for n in report.notes), case
             continue
         assert broken == [], (case, p.label, broken)
-    assert all("ScaleUpAnyway" in n for n in report.notes), report.notes
+    assert all(n.kind == "above_oracle" and "ScaleUpAnyway" in n.policy
+               for n in report.notes), report.notes
 
 
 def test_scale_up_anyway_beats_the_oracle_and_the_report_says_why() -> None:
@@ -101,12 +102,14 @@ def test_scale_up_anyway_beats_the_oracle_and_the_report_says_why() -> None:
     assert r.oracle.served_hours == 0 and r.oracle.shed_fraction == 1.0
     p = r.compared("gke-computeclass (when_unsatisfiable=ScaleUpAnyway)")
     assert beats(p, r.oracle) == ["served hours", "quality"]
-    assert [n for n in r.notes if n.startswith(p.label + " serves")] == [
+    assert [n.text for n in r.notes if n.text.startswith(p.label + " serves")] == [
         f"{p.label} serves 0.2667 h, more than the oracle's 0 h: its ScaleUpAnyway node "
         "of GKE's default series is taken to be always there, so it serves 'cpu' while "
         "that rung's trace says there is no capacity (a modelling choice, not a better "
         "policy)"]
-    assert r.to_dict()["notes"] == r.notes
+    assert {n.kind for n in r.notes} == {"above_oracle"}
+    assert r.to_dict()["notes"] == [
+        {"kind": "above_oracle", "policy": n.policy, "text": n.text} for n in r.notes]
 
 
 def test_the_note_is_printed(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -133,5 +136,37 @@ def test_a_cheaper_rung_of_equal_quality_is_noted() -> None:
                  compare=["ray-native:start=0,launch_timeout=0"])
     p = r.comparison[0]
     assert beats(p, r.oracle) == ["cost per served hour"]
-    assert len(r.notes) == 1 and "equal quality that costs less" in r.notes[0]
+    assert len(r.notes) == 1 and "equal quality that costs less" in r.notes[0].text
+    assert (r.notes[0].kind, r.notes[0].policy) == ("above_oracle", p.label)
     assert oracle_notes(r.oracle, [(r.oracle, None)]) == []
+
+
+def test_each_note_has_its_kind_and_the_cli_decides_on_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # A training top rung and every trace "never": LiteLLM cannot run the gang (no row,
+    # a "cannot_run" note); GKE's ScaleUpAnyway node serves cpu against its trace, above
+    # the oracle (0 h served) in hours and in quality: two "above_oracle" notes.
+    lad = Ladder.from_dict({"name": "t", "rungs": [
+        {"name": H, "num_cpus": 1, "cost_per_hour": 36.0, "train": {"workers": 2}},
+        {"name": C, "num_cpus": 1, "quality": 0.5, "cost_per_hour": 3.6},
+        {"name": "shed", "kind": "shed"}]})
+    gke = "gke-computeclass (when_unsatisfiable=ScaleUpAnyway)"
+    r = simulate(lad, {H: "never", C: "never"}, tick_s=tb.TICK, duration_s=10 * tb.TICK,
+                 compare=["litellm", "gke-computeclass:when_unsatisfiable=ScaleUpAnyway",
+                          "karpenter"])
+    assert [p.policy for p in r.comparison] == [gke, "karpenter"]
+    assert [(n.kind, n.policy) for n in r.notes] == [
+        ("cannot_run", "litellm"), ("above_oracle", gke), ("above_oracle", gke)]
+    assert all(isinstance(n, Note) for n in r.notes)
+    assert r.to_dict()["notes"] == [
+        {"kind": n.kind, "policy": n.policy, "text": n.text} for n in r.notes]
+    assert r.notes[0].text.startswith("no row for litellm: h100 train")
+    f = tmp_path / "l.yaml"
+    f.write_text("name: t\nrungs:\n"
+                 "  - {name: h100, num_cpus: 1, cost_per_hour: 36, train: {workers: 2}}\n"
+                 "  - {name: cpu, num_cpus: 1, quality: 0.5, cost_per_hour: 3.6}\n"
+                 "  - {name: shed, kind: shed}\n")
+    out = CliRunner().invoke(main, ["simulate", str(f), "--trace", "h100=never",
+                                    "--trace", "cpu=never", "--duration", "1000",
+                                    "--tick", "100", "--compare", "litellm"]).output
+    assert "NOTE: no row for litellm" in " ".join(out.split())
+    assert "above the oracle" not in out

@@ -136,4 +136,5 @@ def test_litellm_gets_no_row_for_a_training_gang() -> None:
     r = simulate(gpu_ladder(train=True), traces, compare=["litellm", "karpenter"],
                  tick_s=TICK)
     assert [p.policy for p in r.comparison] == ["karpenter"]
-    assert any(n.startswith("no row for litellm: h100 train") for n in r.notes)
+    assert [(n.kind, n.policy) for n in r.notes] == [("cannot_run", "litellm")]
+    assert r.notes[0].text.startswith("no row for litellm: h100 train")
