@@ -91,8 +91,7 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
     """
 
     def __init__(self, scaling_config: Any, spec: PolicySpec, *,
-                 node_source: NodeSource | None = None,
-                 nodes: NodeSource | None = None,
+                 node_source: NodeSource | None = None, nodes: NodeSource | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  wall_clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep) -> None:
@@ -114,8 +113,7 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         self._why_next = "first placement"
         self._cause_next: TransitionCause = "first"  # the cause that goes with _why_next
         self._down_why = ""  # why the group being resized down ended, when not a reclaim
-        self.team = TeamRun.of(spec.team, spec.run_name or spec.run_id, self.planner,
-                               self.channel)
+        self.team = TeamRun.of(spec.team, spec.run_name or spec.run_id, self.planner, self.channel)
 
     # --- what Ray Train's controller asks --------------------------------------------------
 
@@ -127,8 +125,9 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         self._maybe_send_resource_request()
         now = self._clock()
         self.suspects = {n: t for n, t in self.suspects.items() if t > now}
-        placement = self.planner.place(self._nodes(), now, held=self.held,
-                                       exclude=set(self.suspects), deny=self._denied(None))
+        nodes = self._nodes()
+        placement = self.planner.place(nodes, now, held=self.held, exclude=set(self.suspects),
+                                       deny=self._denied(None, nodes))
         if placement.rung is None:
             return self._wait(placement.capacity, now)
         free = ", ".join(placement.free()) or "none"
@@ -150,9 +149,10 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         climb = lifecycle.climb_due(self.state, parked)
         if climb is not None:
             target = climb.to
-            capacity = self.planner.capacity(self._nodes(), held=self.held)[target]
+            nodes = self._nodes()
+            capacity = self.planner.capacity(nodes, held=self.held)[target]
             step = lifecycle.at_climb(climb, obtainable=capacity.obtainable
-                                      and target not in self._denied(self.placed))
+                                      and target not in self._denied(self.placed, nodes))
             self.state = step.state
             if step.kind == "move":
                 self._move(target, f"climb at checkpoint; {target} obtainable for "
@@ -165,8 +165,9 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         now = self._clock()
         if not lifecycle.probe_due(self.state, now, self.spec.ladder.policy.probe_interval_s):
             return ray_train.train_decision()
-        better = self.planner.observe(self._nodes(), now, placed=self.placed, held=self.held,
-                                      deny=self._denied(self.placed))
+        nodes = self._nodes()
+        better = self.planner.observe(nodes, now, placed=self.placed, held=self.held,
+                                      deny=self._denied(self.placed, nodes))
         step = lifecycle.on_probe(self.state, now, better)
         self.state = step.state
         if step.kind == "cancel":
@@ -248,10 +249,10 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
 
     # --- internals -------------------------------------------------------------------------
 
-    def _denied(self, placed: str | None) -> frozenset[str]:
-        """The team's rungs the run may not take now (:meth:`TeamRun.denied`)."""
+    def _denied(self, placed: str | None, nodes: list[NodeState]) -> frozenset[str]:
+        """The team's rungs the run may not take now, on ``nodes`` (:meth:`TeamRun.denied`)."""
         return frozenset() if self.team is None else self.team.denied(
-            placed, self.planner.capacity(self._safe_nodes(), held=self.held))
+            placed, self.planner.capacity(nodes, held=self.held))
 
     def _reclaim(self, team: TeamRun, placed: str) -> Any | None:
         """A reclaim notice on the team's units moves the group at its next checkpoint."""
@@ -283,8 +284,7 @@ class LadderScalingPolicy(_ScalingPolicy):  # type: ignore[misc]
         if ray_train.train_end_preemption_wait(state, self.spec.preemption_grace_s):
             self.state = step.state
         logger.info("ladder %s: workers stopped at a committed checkpoint after a preemption "
-                    "notice; restarting the group off the drained node now",
-                    self.spec.ladder.name)
+                    "notice; restarting the group off the drained node now", self.spec.ladder.name)
 
     def _notice_target(self, info: Any) -> str:
         """The best eligible rung whose gang fits without the drained nodes (``""``: none)."""
