@@ -114,7 +114,8 @@ def test_scale_up_anyway_beats_the_oracle_and_the_report_says_why() -> None:
 
 def test_the_note_is_printed(tmp_path) -> None:  # type: ignore[no-untyped-def]
     f = tmp_path / "l.yaml"
-    f.write_text("name: t\nrungs:\n  - {name: h100, num_gpus: 1, cost_per_hour: 36}\n"
+    # A CPU workload (GKE's default-series node can host it; a GPU pod it cannot).
+    f.write_text("name: t\nrungs:\n  - {name: h100, num_cpus: 8, cost_per_hour: 36}\n"
                  "  - {name: cpu, num_cpus: 1, quality: 0.5, cost_per_hour: 3.6}\n"
                  "  - {name: shed, kind: shed}\n")
     result = CliRunner().invoke(main, ["simulate", str(f), "--trace", "h100=never",

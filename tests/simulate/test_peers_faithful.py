@@ -59,17 +59,18 @@ def test_ray_native_keeps_relaunching_the_primary_rather_than_moving_on() -> Non
 
 
 def test_gke_backs_a_failed_node_pool_off() -> None:
-    # h100 lost at 1 and back at 2; cpu is traced and always there. The walk at 1 fails
-    # on h100 (provision_fail 0): it is backed off for 300 s (3 ticks), so the pod goes
-    # to cpu and active migration may only move it back at 4, not at 2.
+    # h100 lost at 1 and back at 2; l4 is traced and always there (cpu too, but it cannot
+    # host the GPU pod). The walk at 1 fails on h100 (provision_fail 0): it is backed off
+    # for 300 s (3 ticks), so the pod goes to l4 and active migration may only move it
+    # back at 4, not at 2.
     traces: dict[str, Trace | str] = {H: bits(1, 0, 1, 1, 1, 1, 1, 1, 1, 1),
-                                      A: "never", L: "never", C: "always"}
+                                      A: "never", L: "always", C: "always"}
     p = run(gpu_ladder(), traces, GkeComputeClass(climb_s=0, provision_fail_s=0, start_s=0))
-    assert p.replay.served_per_tick() == [H, C, C, C, H, H, H, H, H, H]
+    assert p.replay.served_per_tick() == [H, L, L, L, H, H, H, H, H, H]
     no_backoff = GkeComputeClass(climb_s=0, provision_fail_s=0, start_s=0,
                                  backoff_initial_s=0)
     assert run(gpu_ladder(), traces, no_backoff).replay.served_per_tick() == [
-        H, C, H, H, H, H, H, H, H, H]
+        H, L, H, H, H, H, H, H, H, H]
 
 
 def test_gke_backoff_doubles_after_each_failure() -> None:

@@ -156,12 +156,15 @@ def test_real_traces_side_by_side(gpu_ladder, traces_dir: Path) -> None:
     assert free.quality_weighted_availability == r.oracle.quality_weighted_availability
     assert all(p.quality_weighted_availability <= free.quality_weighted_availability
                for p in r.comparison)
-    # Placed once, never climbing: Karpenter ends up on the CPU pool. Ray's fallback
-    # changes labels, not the GPU request, so it never lands on the CPU pool; after
-    # day 0 it waits for h100, which autoscaler v2 keeps relaunching (issue 29).
+    # A GPU pod or replica never lands on the CPU pool: its request is fixed (Ray's
+    # fallback changes labels; a pod asking for a GPU cannot schedule without one). Ray
+    # native waits for h100, which autoscaler v2 keeps relaunching; Karpenter stays on
+    # the GPU offering it lands on (no climb by weight). LiteLLM may use its CPU deployment.
     k, ray = r.compared("karpenter"), r.compared("ray-native")
-    assert k.top_fraction < 0.01 and k.climbs == 0
-    assert ray.rung_fraction["cpu"] == 0 and ray.top_fraction > 0.47
+    assert all(r.compared(n).rung_fraction["cpu"] == 0
+               for n in ("ray-native", "gke-computeclass", "karpenter"))
+    assert 0.1 < k.top_fraction < 0.3 and k.climbs > 0
+    assert ray.top_fraction > 0.47
     # GKE climbs back, one 341 s migration at a time; LiteLLM follows capacity at once.
     assert 0.40 < r.compared("gke-computeclass").top_fraction < r.compared("litellm").top_fraction
     assert r.compared("litellm").flaps >= free.flaps
@@ -179,9 +182,9 @@ def test_the_comparison_table_in_the_docs(gpu_ladder, traces_dir: Path) -> None:
            for p in [*r.comparison, r.oracle]}
     assert got == {
         "ladder (hysteresis=2)": (0.8705, 97), "ladder (hysteresis=1)": (0.8906, 219),
-        "ray-native": (0.4789, 1), "gke-computeclass": (0.8633, 246),
-        "gke-computeclass (when_unsatisfiable=ScaleUpAnyway)": (0.8633, 246),
-        "karpenter": (0.5001, 0), "karpenter (consolidation=on)": (0.5001, 0),
+        "ray-native": (0.4789, 1), "gke-computeclass": (0.7921, 135),
+        "gke-computeclass (when_unsatisfiable=ScaleUpAnyway)": (0.7921, 135),
+        "karpenter": (0.7651, 33), "karpenter (consolidation=on)": (0.7145, 75),
         "litellm": (0.8901, 226), "ladder": (0.8917, 219),  # the oracle
     }
 

@@ -269,10 +269,12 @@ class SteppedBaseline(Baseline):
 class PlacementRun(Stepper):
     """What the provisioning baselines (Ray native, GKE, Karpenter) share.
 
-    A lost serving rung leaves the replica pending; a pending replica goes at once to a
-    *resident* rung (a node that is up), else the policy launches (:meth:`_launch`, in its
-    own order). A start whose capacity vanishes is dropped. Each policy has one timer
-    (``timer``: GKE's next rule, Karpenter's retry, Ray's launch timeout) and the hooks.
+    Only the rungs that can host the workload's request (:meth:`PolicyContext.placeable`)
+    are ever placed on. A lost serving rung leaves the replica pending; a pending replica
+    goes at once to a *resident* rung (a node that is up), else the policy launches
+    (:meth:`_launch`, in its own order). A start whose capacity vanishes is dropped. Each
+    policy has one timer (``timer``: GKE's next rule, Karpenter's retry, Ray's launch
+    timeout) and the hooks.
 
     Example:
         >>> run = _RayNativeRun(RayNative(), ctx); drive(ctx, run)  # doctest: +SKIP
@@ -280,9 +282,12 @@ class PlacementRun(Stepper):
 
     def __init__(self, ctx: PolicyContext, start_s: float) -> None:
         self.eng = Engine(ctx)
-        self.compute = [i for i, c in enumerate(ctx.compute) if c]
-        self.is_compute = ctx.compute
-        self.resident = ctx.resident
+        # Only rungs that can host the pod's one request (PolicyContext.placeable): the
+        # same rule for every placing peer, at time 0, after a loss and when climbing.
+        self.compute = list(ctx.placeable())
+        fits = set(self.compute)
+        self.is_compute = tuple(i in fits for i in range(len(ctx.names)))
+        self.resident = tuple(r and i in fits for i, r in enumerate(ctx.resident))
         self.start = start_s / ctx.tick_s  # ticks from a placement to serving
         self.timer = INF
 

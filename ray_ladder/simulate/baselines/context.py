@@ -91,6 +91,33 @@ class PolicyContext:
         rung = self.ladder.rung(self.names[i])
         return bool(rung.resources or rung.num_gpus or rung.accelerator_type)
 
+    def placeable(self) -> tuple[int, ...]:
+        """Compute rungs one pod (or Ray replica) of this workload can be placed on: the
+        rule every placing peer (Ray native, GKE, Karpenter) follows.
+
+        A pod or replica has *one* resource request, the top compute rung's, and keeps it
+        across every fallback: Ray's ``fallback_strategy`` swaps the label selector, not
+        the request; a pod asking ``nvidia.com/gpu: 1`` cannot schedule on a node without
+        GPUs, and GKE ComputeClass priorities and Karpenter NodePools only choose among
+        nodes that satisfy the pod's requests. So the rungs that can host it are the
+        compute rungs whose request is of the top one's kind (:meth:`accelerated`:
+        accelerator or none), the top one first. A GPU workload never lands on a CPU
+        rung, and the reverse.
+
+        Not for the ladder or LiteLLM: both run a different deployment per rung (the
+        user's explicit list of rungs, or one model group per rung), so falling from a
+        GPU deployment to a CPU one is theirs to make.
+
+        Example:
+            >>> PolicyContext.build(gpu_ladder, timeline).placeable()  # doctest: +SKIP
+            (0, 1, 2)
+        """
+        compute = [i for i, c in enumerate(self.compute) if c]
+        if not compute:
+            return ()
+        kind = self.accelerated(compute[0])
+        return tuple(i for i in compute if self.accelerated(i) == kind)
+
     def training_rungs(self) -> list[str]:
         """Eligible compute rungs with a Ray Train shape (``train:``): a training gang.
 

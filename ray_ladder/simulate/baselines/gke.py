@@ -25,6 +25,10 @@ class GkeComputeClass(SteppedBaseline):
 
     The model:
 
+    * **The pod's request decides the rungs**: priorities only choose among nodes that
+      satisfy the pod's requests, so only rungs of the top rung's kind (accelerator or
+      none: :meth:`PolicyContext.placeable`) are ever used; a GPU pod never lands on the
+      CPU pool, it stays pending.
     * **Fall**: when the serving node's capacity is lost, the pod is pending. An existing
       node of the class (a *resident* rung: one without a trace, a pool you own) takes it at
       once (kube-scheduler); it serves ``start_s`` later. Otherwise the cluster
@@ -41,10 +45,10 @@ class GkeComputeClass(SteppedBaseline):
     * **No rule satisfiable**: ``whenUnsatisfiable: DoNotScaleUp`` leaves the pod pending
       (nothing served) until a rule can be had again; ``ScaleUpAnyway`` creates a node of
       GKE's default machine series (general-purpose, no accelerator) instead. It can run
-      the pod only if the ladder's *last compute rung* needs no accelerator (no custom
-      resources, GPUs or accelerator type: a CPU rung): then that rung serves, whatever
-      its trace says (general-purpose capacity is taken to be there). Otherwise the pod
-      stays pending as with ``DoNotScaleUp``.
+      the pod only if the pod asks for no accelerator (a CPU workload: the rungs it can
+      use need no custom resources, GPUs or accelerator type): then its last usable
+      rung serves, whatever its trace says (general-purpose capacity is taken to be
+      there). A GPU pod stays pending as with ``DoNotScaleUp``.
     * **Climb**: with ``activeMigration.optimizeRulePriority`` (``active_migration``),
       when a higher-priority rule is obtainable GKE provisions it and moves the pod;
       the old node serves until the move, ``climb_s`` after it starts (one whole
@@ -92,20 +96,21 @@ class GkeComputeClass(SteppedBaseline):
         return _GkeRun(self, ctx)
 
     def beyond_the_oracle(self, ctx: PolicyContext) -> str | None:
-        """``ScaleUpAnyway`` serves the last compute rung against its trace, if a CPU rung."""
-        compute = [i for i, c in enumerate(ctx.compute) if c]
-        if (self.when_unsatisfiable != "ScaleUpAnyway" or not compute
-                or not ctx.traced[compute[-1]] or not _general_purpose(ctx, compute[-1])):
+        """``ScaleUpAnyway`` serves the pod's last usable rung against its trace, if the
+        pod asks for no accelerator."""
+        default = _default_rung(ctx)
+        if self.when_unsatisfiable != "ScaleUpAnyway" or default < 0 or not ctx.traced[default]:
             return None
         return (f"its ScaleUpAnyway node of GKE's default series is taken to be always "
-                f"there, so it serves {ctx.names[compute[-1]]!r} while that rung's trace "
+                f"there, so it serves {ctx.names[default]!r} while that rung's trace "
                 "says there is no capacity (a modelling choice, not a better policy)")
 
 
-def _general_purpose(ctx: PolicyContext, i: int) -> bool:
-    """Whether rung ``i`` fits a node of GKE's default series: no accelerator asked."""
-    rung = ctx.ladder.rung(ctx.names[i])
-    return not rung.resources and not rung.num_gpus and not rung.accelerator_type
+def _default_rung(ctx: PolicyContext) -> int:
+    """The rung a node of GKE's default series (no accelerator) serves as: the pod's last
+    usable rung when the pod asks for no accelerator, else -1 (it cannot host the pod)."""
+    usable = ctx.placeable()
+    return usable[-1] if usable and not ctx.accelerated(usable[-1]) else -1
 
 
 class _GkeRun(PlacementRun):
@@ -114,8 +119,8 @@ class _GkeRun(PlacementRun):
         self.climb, self.fail = policy.climb_s / ctx.tick_s, policy.provision_fail_s / ctx.tick_s
         self.migrate = policy.active_migration
         self.anyway = policy.when_unsatisfiable == "ScaleUpAnyway"
-        self.default = self.compute[-1] if self.compute else -1
-        if self.default >= 0 and not _general_purpose(ctx, self.default):
+        self.default = _default_rung(ctx)
+        if self.default < 0:
             self.anyway = False  # GKE's default node cannot host an accelerator pod
         self.on_default = False  # serving (or starting) GKE's default node
         self.walk = -1  # position in self.compute of the rule being provisioned; -1: none

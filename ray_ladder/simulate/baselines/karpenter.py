@@ -15,6 +15,10 @@ class Karpenter(SteppedBaseline):
 
     The model:
 
+    * **The pod's request decides the offerings**: a NodePool only launches nodes that
+      satisfy the pod's requests, so only rungs of the top rung's kind (accelerator or
+      none: :meth:`PolicyContext.placeable`) are ever used, after a loss and by
+      consolidation alike; a GPU pod never lands on the CPU pool, it stays pending.
     * **Fall**: when the serving node's capacity is lost (a spot interruption), its
       offering goes into the unavailable-offerings cache for ``ice_ttl_s`` and the pod is
       pending. An existing node (a *resident* rung: one without a trace, a pool you own) takes
@@ -29,10 +33,9 @@ class Karpenter(SteppedBaseline):
       Karpenter replaces a node when "it can be replaced by a single lower price
       replacement node" (karpenter.sh, Disruption, Consolidation), whatever the
       NodePool weights: when an offering *cheaper* than the serving one
-      (``cost_per_hour``) is obtainable and not cached, and can host the pod (the same
-      accelerator kind: :meth:`PolicyContext.accelerated`), it launches the cheapest
-      such one and moves the pod after ``consolidate_after_s + start_s``; the old node
-      serves meanwhile. So it goes back to a cheaper (spot) offering when it is back
+      (``cost_per_hour``) is obtainable and not cached, and can host the pod, it launches
+      the cheapest such one and moves the pod after ``consolidate_after_s + start_s``;
+      the old node serves meanwhile. So it goes back to a cheaper (spot) offering when it is back
       (aws/karpenter-provider-aws#7490: "we should go back to spot when it becomes
       available"), climbs to a better rung only if that rung is cheaper, and moves
       *down* to a cheaper rung that is worse.
@@ -75,7 +78,6 @@ class _KarpenterRun(PlacementRun):
         self.consolidate_delay = (policy.consolidate_after_s + policy.start_s) / ctx.tick_s
         self.cached = [-INF] * len(ctx.names)  # tick until which an offering is skipped
         self.cost = [ctx.ladder.rung(n).cost_per_hour for n in ctx.names]
-        self.kind = [ctx.accelerated(i) for i in range(len(ctx.names))]
 
     def _on_loss(self, t: float, ok: tuple[bool, ...]) -> None:
         # An interruption marks the serving offering; a launch whose capacity vanished
@@ -115,8 +117,8 @@ class _KarpenterRun(PlacementRun):
         if not self.consolidate or eng.served < 0 or eng.pending >= 0:
             return
         s = eng.served
-        cheaper = [i for i in self.compute if i != s and self.cost[i] < self.cost[s]
-                   and self.kind[i] == self.kind[s] and ok[i]]
+        # self.compute holds only offerings that can host the pod (ctx.placeable()).
+        cheaper = [i for i in self.compute if i != s and self.cost[i] < self.cost[s] and ok[i]]
         free = [i for i in cheaper if self.cached[i] <= t]
         if free:
             b = min(free, key=lambda i: (self.cost[i], i))  # the cheapest replacement

@@ -97,6 +97,10 @@ class LiteLLM(SteppedBaseline):
 class _LiteLLMRun(Stepper):
     def __init__(self, policy: LiteLLM, ctx: PolicyContext) -> None:
         self.eng = Engine(ctx)
+        # Every compute rung, not ctx.placeable(): LiteLLM routes between separate
+        # deployments (each rung its own model group, chained by `fallbacks`), so falling
+        # from a GPU deployment to a CPU one is a real fallback, not one pod's request
+        # landing on a node that cannot satisfy it.
         self.compute = [i for i, c in enumerate(ctx.compute) if c]
         n = len(ctx.names)
         self.cool = policy.cooldown_s / ctx.tick_s

@@ -28,8 +28,9 @@ class RayNative(SteppedBaseline):
       options that replace the *label selector*, not the resource request
       (``ray/remote_function.py``: "soft constraints through a list of decorator options
       to fall back on when scheduling on a node"). A rung whose request differs in kind
-      (accelerator vs none: :meth:`PolicyContext.accelerated`) is no fallback target:
-      a GPU replica never lands on a CPU rung, and the reverse.
+      (accelerator vs none) is no fallback target (:meth:`PolicyContext.placeable`, the
+      rule GKE and Karpenter follow too): a GPU replica never lands on a CPU rung, and
+      the reverse.
     * **A node that is up now** of a fallback rung (a *resident* rung: one without a
       trace, a pool you own) takes the replica at once (the raylet tries the selectors
       in order against available nodes); it serves ``start_s`` later.
@@ -70,28 +71,9 @@ class RayNative(SteppedBaseline):
         return _RayNativeRun(self, ctx)
 
 
-def fallback_targets(ctx: PolicyContext) -> list[int]:
-    """Compute rungs a replica of the top compute rung may fall onto: those whose
-    resource request is of the same kind (accelerator or none), the top one first.
-
-    Example:
-        >>> fallback_targets(PolicyContext.build(gpu_ladder, timeline))  # doctest: +SKIP
-        [0, 1, 2]
-    """
-    compute = [i for i, c in enumerate(ctx.compute) if c]
-    if not compute:
-        return []
-    kind = ctx.accelerated(compute[0])
-    return [i for i in compute if ctx.accelerated(i) == kind]
-
-
 class _RayNativeRun(PlacementRun):
     def __init__(self, policy: RayNative, ctx: PolicyContext) -> None:
-        super().__init__(ctx, policy.start_s)
-        self.compute = fallback_targets(ctx)
-        fits = set(self.compute)
-        self.is_compute = tuple(i in fits for i in range(len(ctx.names)))
-        self.resident = tuple(r and i in fits for i, r in enumerate(ctx.resident))
+        super().__init__(ctx, policy.start_s)  # fallback targets: ctx.placeable()
         self.launching = False  # a launch of the primary is pending
 
     def _waiting(self, t: float, ok: tuple[bool, ...]) -> None:
