@@ -28,6 +28,16 @@ class RungFailed(Exception):
         self.error = error
 
 
+class RungFull(Exception):
+    """No replica of a live rung took the request by the request's deadline (arrival +
+    ``pending_timeout_s``): the rung is full, not gone. The request left its queue (nothing
+    ran there) and the walk goes on below; the rung is not marked down."""
+
+    def __init__(self, rung: str) -> None:
+        super().__init__(f"{rung} is full")
+        self.rung = rung
+
+
 def rung_failure(err: BaseException) -> RungFailed | None:
     """The :class:`RungFailed` that ``err`` means (its reason, ``cause="failed"`` and
     the error's class), or ``None`` when the rung's own code raised (a user error)."""

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
 from ray_ladder.serve.calls import Pending
-from ray_ladder.serve.errors import RungFailed
+from ray_ladder.serve.errors import RungFailed, RungFull
 from ray_ladder.serve.walk import RequestView, Walk
+
+
+def full_reason(rung: str) -> str:
+    """The attempt's reason when no replica of ``rung`` took the request by its deadline."""
+    return f"no replica of {rung} took the request within the ladder's pending_timeout_s"
 
 
 class Caller(Protocol):
@@ -32,9 +38,14 @@ class Race:
     A request goes to the rung its walk picked. When no replica of that rung takes it
     within ``assign_timeout_s`` and the rung answered nobody else meanwhile (so it is not
     merely busy), a copy goes to the next rung (``RouterState.hedge_target``); the first
-    answer wins and the ladder does not move for it. Each copy is counted (``hedged``:
-    ``ladder_hedges{rung}``, the rung that was slow), so a user sees how many requests
-    paid the hedge's wait.
+    answer wins and the ladder does not move for it. A request no rung raced has taken by
+    the walk's deadline (arrival + ``pending_timeout_s``; a warm rung tried after it gets
+    one ``assign_timeout_s`` window; a cold rung is waited for while it starts a replica)
+    leaves their queues
+    (:class:`RungFull`, an attempt with cause ``busy``; no rung is marked down) and the
+    walk goes on: a lower rung with room, else the shed rung's 503. Each
+    copy is counted (``hedged``: ``ladder_hedges{rung}``, the rung that was slow), so a
+    user sees how many requests paid the hedge's wait.
 
     Args:
         caller: Sends requests to rung deployments.
@@ -65,9 +76,15 @@ class Race:
                   walk: Walk) -> tuple[Any, str]:
         """Answer from ``name``, or from the rung a copy went to when ``name`` was slow
         to take the request. Raises :class:`RungFailed` when every rung raced failed
-        (each is in ``walk.attempts`` and was reported to ``failed``)."""
+        (each is in ``walk.attempts`` and was reported to ``failed``), :class:`RungFull`
+        when no rung raced took it by the walk's deadline (each is in ``walk.attempts``
+        with cause ``busy``; none is reported: full is not down)."""
         loop = asyncio.get_running_loop()
         assign_s = self._caller.assign_timeout_s
+        # A warm rung past the walk's deadline still gets one window to take the request;
+        # a cold one is starting its replica: the request waits for it, as Serve would.
+        give_up_at = max(walk.give_up_at, self._clock() + assign_s) \
+            if self._is_warm(name) else math.inf
         primary = self._start(name, payload, view, walk)
         racing = [primary]
         hedge_at = loop.time() + assign_s
@@ -75,10 +92,14 @@ class Race:
         try:
             while racing:
                 waits: set[asyncio.Future[Any]] = {p.task for p in racing}
-                timeout = None
-                if not hedged and primary in racing and not primary.assigned.done():
-                    waits.add(primary.assigned)
-                    timeout = max(0.0, hedge_at - loop.time())
+                wake: list[float] = []
+                if not any(p.assigned.done() for p in racing):
+                    if give_up_at < math.inf:
+                        wake.append(loop.time() + give_up_at - self._clock())
+                    if not hedged and primary in racing:
+                        waits.add(primary.assigned)
+                        wake.append(hedge_at)
+                timeout = max(0.0, min(wake) - loop.time()) if wake else None
                 done, _ = await asyncio.wait(waits, timeout=timeout,
                                              return_when=asyncio.FIRST_COMPLETED)
                 for pending in [p for p in racing if p.task in done]:
@@ -89,7 +110,11 @@ class Race:
                         walk.failed(pending.rung, failed.reason, self._clock(),
                                     cause=failed.cause, error=failed.error)
                         self._failed(pending.rung, failed)
-                if done or hedged or primary not in racing:
+                if done or not racing:
+                    continue
+                if self._full(racing, walk, give_up_at):
+                    raise RungFull(name)
+                if hedged or primary not in racing or loop.time() < hedge_at:
                     continue
                 if self._caller.alive_within(name, assign_s):
                     # The rung takes or answers others: it is busy, not gone; a copy
@@ -109,6 +134,18 @@ class Race:
                     self._spawn(self._settle(primary))  # its fate tells whether it is gone
                 else:
                     pending.cancel()
+
+    def _full(self, racing: list[Pending], walk: Walk, give_up_at: float) -> bool:
+        """Past ``give_up_at`` with no rung raced having taken the request: it leaves
+        their queues (cancelled, nothing ran) and each gets a ``busy`` attempt."""
+        now = self._clock()
+        if now < give_up_at - 1e-3 or any(p.assigned.done() for p in racing):
+            return False
+        for pending in racing:
+            pending.cancel()
+            walk.failed(pending.rung, full_reason(pending.rung), now, cause="busy")
+        racing.clear()
+        return True
 
     async def _settle(self, pending: Pending) -> None:
         """Follow a request we no longer need until it is taken (cancel it: the rung is

@@ -23,7 +23,7 @@ from ray_ladder.core.exceptions import BudgetExhaustedError, LadderExhaustedErro
 from ray_ladder.core.spec import Ladder
 from ray_ladder.serve import http
 from ray_ladder.serve.cache import AnswerCache, payload_key
-from ray_ladder.serve.errors import RungFailed
+from ray_ladder.serve.errors import RungFailed, RungFull
 from ray_ladder.serve.hedge import Caller, Race
 from ray_ladder.serve.metrics import LadderMetrics
 from ray_ladder.serve.result import LadderResult
@@ -197,6 +197,8 @@ class Walker:
                     value, by = await self._race.run(step.rung, payload, view, walk)
                 except RungFailed:  # every rung raced failed and is marked down
                     self._metrics.resent(step.rung)
+                    continue
+                except RungFull:  # still full at the request's deadline: go on below
                     continue
                 self.remember(key, constraints, value, by)
                 self.served(by)

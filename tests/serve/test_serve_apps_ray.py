@@ -240,3 +240,58 @@ def test_a_rung_error_mid_stream_ends_the_stream_with_its_type_and_message_only(
                              headers={"X-Ladder-Jurisdiction": "eu"})
     assert streamed.status_code == 200
     assert "rung error: RuntimeError: counter broke mid-way" in clean(streamed)
+
+
+FULL = Ladder.from_yaml("""
+name: full-it
+policy: {probe_interval_s: 0.25, retry_after_s: 3, pending_timeout_s: 1.5}
+rungs:
+  - {name: one, num_cpus: 0.05}
+  - {name: shed, kind: shed}
+""")
+
+
+class Hold:
+    """A rung of one slot that holds it for the asked seconds, after marking it started."""
+
+    def __init__(self, rung) -> None:
+        self.rung = rung
+
+    def __call__(self, payload: dict) -> dict:
+        import pathlib
+        import time
+
+        pathlib.Path(payload["started"]).touch()
+        time.sleep(payload["hold_s"])
+        return {"held": payload["hold_s"]}
+
+
+def test_a_request_the_full_ladder_cannot_take_by_its_deadline_is_shed_not_queued(
+        app, tmp_path):
+    """The only compute rung is full (one replica, one request at a time): a second request
+    waits pending_timeout_s (1.5 s) in its queue, then gets the shed rung's 503 with
+    Retry-After, long before the slot frees; the first request is answered in full."""
+    import concurrent.futures
+    import time
+
+    serve.run(build_app(FULL, {"one": Hold}, deployment_options={"one": {
+        "max_ongoing_requests": 1, "graceful_shutdown_timeout_s": 1.0}}),
+        name="full", route_prefix="/full")
+    url = app.url + "/full/"
+    wait_until(lambda: app.http.get(url + "-/ladder").json()["current"] == "one", SLOW, 0.2,
+               "the full-it ladder on its rung")
+    started = tmp_path / "started"
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        first = pool.submit(app.http.post, url, json={"hold_s": 12, "started": str(started)})
+        wait_until(started.exists, SLOW, 0.05, "the first request holds the slot")
+        t0 = time.monotonic()
+        second = app.http.post(url, json={"hold_s": 0, "started": str(tmp_path / "2")})
+        waited = time.monotonic() - t0
+        assert not first.done()  # shed while the slot is still held, not after it
+        assert (second.status_code, second.headers["retry-after"],
+                second.headers["x-ladder-rung"]) == (503, "3", "shed"), second.text
+        assert 1.5 <= waited < 12, waited
+        assert not (tmp_path / "2").exists()  # it never ran on the rung
+        done = first.result(timeout=SLOW)
+    assert done.status_code == 200 and done.json() == {"held": 12}
+    serve.delete("full")

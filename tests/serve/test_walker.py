@@ -115,6 +115,53 @@ def test_a_busy_rung_is_waited_for_not_hedged() -> None:
     assert rig.counts["hedges"] == {"h100": 1}
 
 
+def test_a_rung_still_full_at_the_deadline_sends_the_request_below_and_stays_up() -> None:
+    # a100 has room but takes a moment (Serve's assignment): past the deadline it still
+    # gets one assign window.
+    caller = FakeRungCaller({"h100": FakeRung(takes=False, busy=True),
+                             "a100": FakeRung(take_s=0.03)})
+    rig = Rig(caller)
+    loop_time: list[float] = []
+
+    async def timed() -> Any:
+        start = asyncio.get_running_loop().time()
+        result = await rig.walker.answer({}, None)
+        loop_time.append(asyncio.get_running_loop().time() - start)
+        return result
+
+    result = rig.run(timed)
+    assert result.rung == "a100"
+    assert caller.sent == ["h100", "a100"]
+    # It waited its pending_timeout_s (0.3 s) in h100's queue, not a hedge window, no more.
+    assert 0.3 <= loop_time[0] < 0.3 + 4 * caller.assign_timeout_s
+    assert rig.counts["hedges"] == {}                       # a busy rung is not a slow one
+    assert not rig.state.is_down("h100", rig.walker.now())  # full is not down
+    assert rig.counts["requests"] == {"a100": 1}
+
+
+def test_every_rung_full_is_shed_at_the_deadline_with_retry_after_not_a_long_wait() -> None:
+    caller = FakeRungCaller({"h100": FakeRung(takes=False, busy=True),
+                             "a100": FakeRung(takes=False, busy=True)})
+    rig = Rig(caller)
+    waited: list[float] = []
+
+    async def timed() -> Any:
+        start = asyncio.get_running_loop().time()
+        try:
+            return await rig.walker.answer({}, None)
+        finally:
+            waited.append(asyncio.get_running_loop().time() - start)
+
+    with pytest.raises(LadderExhaustedError) as info:
+        rig.run(timed)
+    assert http.refused_by(info.value) == "shed" and info.value.retry_after_s == 4.5
+    causes = [(a.rung, a.cause) for a in info.value.attempts]
+    assert causes == [("h100", "busy"), ("a100", "busy"), ("shed", "shed")]
+    # The deadline is the request's, not each rung's: a100 gets one window, not another 0.3 s.
+    assert 0.3 <= waited[0] < 0.3 + 4 * caller.assign_timeout_s
+    assert rig.counts["requests"] == {"shed": 1}
+
+
 def _all_fail() -> FakeRungCaller:
     return FakeRungCaller({"h100": FakeRung(fails="rung went down"),
                            "a100": FakeRung(fails="rung went down")})
