@@ -14,7 +14,7 @@ from ray_ladder.simulate.baselines import Baseline, LadderPolicy, PolicyContext,
 from ray_ladder.simulate.bounds import oracle_notes
 from ray_ladder.simulate.compare import run_comparison
 from ray_ladder.simulate.figures import serving_rungs
-from ray_ladder.simulate.replay import Replay, hysteresis_ticks, ladder_hysteresis_s, replay
+from ray_ladder.simulate.replay import Replay, replay, resolve_hysteresis
 from ray_ladder.simulate.report import Note, SimulationReport, summarise
 from ray_ladder.simulate.specs import resolve_traces
 from ray_ladder.simulate.traces import Trace, tick_index
@@ -206,12 +206,11 @@ def _sweep(ladder: Ladder, timeline: Timeline, hs: list[int | None], oracle_rep:
     """One replay per hysteresis value (``None``: the ladder's own, in seconds)."""
     out = []
     for asked in hs:
-        own = hysteresis_ticks(ladder_hysteresis_s(ladder), timeline.tick_s)
-        h = own if asked is None else asked
+        h, asked_s = resolve_hysteresis(ladder, timeline.tick_s, asked)
         if h == 1 and promotion_delay_s == 0 and demotion_delay_s == 0:
             # The same replay as the oracle's: no need to run it twice.
-            out.append(oracle_rep if asked is not None else Replay(**{
-                **oracle_rep.__dict__, "hysteresis_asked_s": ladder_hysteresis_s(ladder)}))
+            out.append(oracle_rep if asked_s is None else Replay(**{
+                **oracle_rep.__dict__, "hysteresis_asked_s": asked_s}))
         else:
             out.append(replay(ladder, timeline, hysteresis=asked,
                               promotion_delay_s=promotion_delay_s,
@@ -280,7 +279,7 @@ def _flap_window(ladder: Ladder, compared: list[Baseline], hs: list[int | None],
     turned into ticks)."""
     if flap_window_s is not None:
         return float(flap_window_s)
-    own = hysteresis_ticks(ladder_hysteresis_s(ladder), tick_s)
+    own, _ = resolve_hysteresis(ladder, tick_s, None)
     window_h = next((p.hysteresis or own for p in compared if isinstance(p, LadderPolicy)),
                     (hs[0] or own) if hs else own)
     return window_h * float(tick_s)

@@ -101,6 +101,23 @@ def hysteresis_ticks(seconds: float, tick_s: float) -> int:
     return max(1, math.ceil(seconds / tick_s - 1e-9))
 
 
+def resolve_hysteresis(ladder: Ladder, tick_s: float,
+                       hysteresis: int | None) -> tuple[int, float | None]:
+    """The ticks of hysteresis a replay uses, and the seconds asked when they came from
+    the ladder (``None`` when ``hysteresis`` was given in ticks).
+
+    Example:
+        >>> lad = Ladder.from_dict({"name": "t", "policy": {"promotion_hysteresis": 3},
+        ...                         "rungs": [{"name": "cpu", "num_cpus": 1}]})
+        >>> resolve_hysteresis(lad, 300.0, None), resolve_hysteresis(lad, 300.0, 2)
+        ((1, 3.0), (2, None))
+    """
+    if hysteresis is not None:
+        return hysteresis, None
+    asked_s = ladder_hysteresis_s(ladder)
+    return hysteresis_ticks(asked_s, tick_s), asked_s
+
+
 def replay(
     ladder: Ladder,
     timeline: Timeline,
@@ -140,10 +157,7 @@ def replay(
         fall_delay_s: Seconds a fall onto a warm rung serves nothing (detection and
             re-routing); 0: instant.
     """
-    asked_s = None
-    if hysteresis is None:
-        asked_s = ladder_hysteresis_s(ladder)
-        hysteresis = hysteresis_ticks(asked_s, timeline.tick_s)
+    hysteresis, asked_s = resolve_hysteresis(ladder, timeline.tick_s, hysteresis)
     selector = Selector(ladder, constraints, promotion_hysteresis=hysteresis)
     names = selector.eligible
     index: dict[str | None, int] = {name: i for i, name in enumerate(names)}
