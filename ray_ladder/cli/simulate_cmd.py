@@ -45,6 +45,40 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
+def _spread(p: PolicyReport, key: str, point: str, fmt: str, *, scale: float = 1.0,
+            complement: bool = False) -> str:
+    """``point`` and the figure's bootstrap interval: ``8.55 [8.10–9.00]``.
+
+    ``complement``: the figure is ``1 - key`` (not served, from ``served_fraction``).
+    """
+    interval = p.spread.get(key)
+    if interval is None:
+        return point
+    lo, hi = (1 - interval[1], 1 - interval[0]) if complement else interval
+    low, high = format(lo * scale, fmt), format(hi * scale, fmt)
+    return point if low == high else f"{point} [{low}–{high}]"  # no spread: no bracket
+
+
+def _blocks(report: SimulationReport) -> str:
+    """What the intervals resample: ``days``, or ``2h24m blocks`` of a short replay."""
+    block_s = float(report.spread_method.get("block_s", 0.0))
+    return "days" if block_s == 86400 else f"{fmt_s(block_s)} blocks"
+
+
+def _cost_cell(p: PolicyReport) -> str:
+    if p.cost_per_served_hour is None:
+        return "-"
+    return _spread(p, "cost_per_served_hour", f"{p.cost_per_served_hour:.2f}", ".2f")
+
+
+def _interval_rows(columns: list[tuple[str, PolicyReport]], key: str,
+                   fmt: str) -> list[tuple[str, list[str]]]:
+    """Two rows under a figure: the low and high ends of its 90 % interval."""
+    ends = [p.spread.get(key) for _, p in columns]
+    return [(f"  90% {side}", ["-" if e is None else format(e[i], fmt) for e in ends])
+            for i, side in enumerate(("low", "high"))]
+
+
 def rung_table(report: SimulationReport) -> Table:
     """Rungs with their trace, obtainable fraction, warmth, quality and cost."""
     table = Table(title=f"ladder {report.ladder}: {report.ticks} ticks of "
@@ -69,28 +103,35 @@ def _comparison_rows(report: SimulationReport) -> tuple[list[str], list[list[str
     """The comparison's headers and rows as text (one row per policy, then the oracle).
 
     "not served" is the same for every policy: no rung, or the shed rung ("try later");
-    "$ per served h" divides the whole bill by the rest.
+    "$ per served h" divides the whole bill by the rest; "regret" is the quality x
+    availability lost against the best rung obtainable at each tick, "below best" the
+    share of time on a worse rung than that one. Brackets: the 90 % bootstrap interval
+    over days (:mod:`ray_ladder.simulate.spread`).
     """
     top = report.rungs[0]["name"] if report.rungs else "top"
-    headers = ["policy", "q x\navail", f"on\n{top}", "not\nserved", "climbs\n/day",
-               "falls\n/day", "flaps", "$ per\nserved h"]
+    headers = ["policy", "q x\navail", "regret", "below\nbest", f"on\n{top}",
+               "not\nserved", "climbs\n/day", "falls\n/day", "flaps", "$ per\nserved h"]
     rows = []
     for p in [*report.comparison, report.oracle]:
         name = "oracle (h=1, free switching)" if p is report.oracle else p.policy
         if p is not report.oracle and p.hysteresis_s is not None:
             name += f" h={_hyst(p)}"  # the hysteresis used, in seconds
-        cph = "-" if p.cost_per_served_hour is None else f"{p.cost_per_served_hour:.2f}"
-        rows.append([name, f"{p.quality_weighted_availability:.4f}", _pct(p.top_fraction),
-                     f"{100 * (p.unserved_fraction + p.shed_fraction):.2f}%",
+        not_served = 1 - p.served_fraction
+        rows.append([name, f"{p.quality_weighted_availability:.4f}",
+                     _spread(p, "regret", f"{p.regret:.4f}", ".4f"),
+                     _pct(p.below_best_fraction), _pct(p.top_fraction),
+                     _spread(p, "served_fraction", f"{100 * not_served:.2f}%", ".2f",
+                             scale=100, complement=True),
                      f"{p.climbs_per_day:.2f}",
-                     f"{p.falls_per_day:.2f}", str(p.flaps), cph])
+                     f"{p.falls_per_day:.2f}", str(p.flaps), _cost_cell(p)])
     return headers, rows
 
 
 def _compare_table(report: SimulationReport, headers: list[str], rows: list[list[str]],
                    cols: list[int], first: bool) -> Table:
     title = (f"policies side by side (flaps: a climb, then a fall within "
-             f"{fmt_s(report.flap_window_s)})") if first else None
+             f"{fmt_s(report.flap_window_s)}; [90% interval, {_blocks(report)} "
+             "resampled])") if first else None
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column(headers[0], min_width=16, max_width=16, overflow="fold")
     for i in cols:
@@ -112,7 +153,7 @@ def comparison_tables(report: SimulationReport, console: Console) -> list[Table]
     groups: list[list[int]] = [[]]
     for i in range(1, len(headers)):
         trial = _compare_table(report, headers, rows, [*groups[-1], i], False)
-        if groups[-1] and Measurement.get(console, wide, trial).minimum > console.width:
+        if groups[-1] and Measurement.get(console, wide, trial).maximum > console.width:
             groups.append([])
         groups[-1].append(i)
     return [_compare_table(report, headers, rows, cols, n == 0)
@@ -135,7 +176,8 @@ def policy_table(report: SimulationReport) -> Table:
         (f"h={p.hysteresis}\n{_hyst(p)}", p) for p in report.policies
     ]
     columns.append(("oracle", report.oracle))
-    table = Table(title="policies (oracle: hysteresis 1, no switching cost)")
+    table = Table(title="policies (oracle: hysteresis 1, no switching cost; 90% low/high: "
+                        f"{_blocks(report)} resampled)")
     table.add_column("", no_wrap=True)
     for title, _ in columns:
         table.add_column(title, justify="right")
@@ -148,7 +190,10 @@ def policy_table(report: SimulationReport) -> Table:
         ("climbs", [str(p.climbs) for _, p in columns]),
         ("  abandoned", [str(p.climbs_abandoned) for _, p in columns]),
         ("climbs/day", [f"{p.climbs_per_day:.2f}" for _, p in columns]),
-        ("degraded", [fmt_s(p.degraded_s_total) for _, p in columns]),
+        ("below best avail.", [fmt_s(p.below_best_s_total) for _, p in columns]),
+        ("regret", [f"{p.regret:.4f}" for _, p in columns]),
+        *_interval_rows(columns, "regret", ".4f"),
+        ("degraded (< top)", [fmt_s(p.degraded_s_total) for _, p in columns]),
         ("  episodes", [str(p.degraded_episodes) for _, p in columns]),
         ("  longest", [fmt_s(p.degraded_longest_s) for _, p in columns]),
         ("  p95 episode", [fmt_s(p.degraded_p95_episode_s) for _, p in columns]),
@@ -159,8 +204,11 @@ def policy_table(report: SimulationReport) -> Table:
         ("  vs oracle", [_pct(p.cost_vs_oracle) for _, p in columns]),
         ("standby (extra)", [f"{p.cost_standby:,.0f}" for _, p in columns]),
         ("served hours", [f"{p.served_hours:,.1f}" for _, p in columns]),
+        ("served", [_pct(p.served_fraction) for _, p in columns]),
+        *_interval_rows(columns, "served_fraction", ".1%"),
         ("$ per served h", ["-" if p.cost_per_served_hour is None
                             else f"{p.cost_per_served_hour:.2f}" for _, p in columns]),
+        *_interval_rows(columns, "cost_per_served_hour", ".2f"),
     ]
     for label, cells in rows:
         table.add_row(label, *cells)

@@ -14,9 +14,10 @@ from ray_ladder.simulate.baselines import Baseline, LadderPolicy, PolicyContext,
 from ray_ladder.simulate.bounds import oracle_notes
 from ray_ladder.simulate.compare import run_comparison
 from ray_ladder.simulate.figures import serving_rungs
+from ray_ladder.simulate.reference import build_reference
 from ray_ladder.simulate.replay import Replay, replay, resolve_hysteresis
 from ray_ladder.simulate.report import Note, SimulationReport, summarise
-from ray_ladder.simulate.specs import resolve_traces
+from ray_ladder.simulate.specs import resolve_traces, split_need
 from ray_ladder.simulate.traces import Trace, tick_index
 
 DEFAULT_TICK_S = 60.0
@@ -85,6 +86,25 @@ def needs(ladder: Ladder, need: Mapping[str, int] | None = None) -> dict[str, in
     return {n: k for n, k in out.items() if k > 1}
 
 
+def applied_needs(traces: Mapping[str, Trace],
+                  need: Mapping[str, int]) -> dict[str, int]:
+    """Instances each rung needs, as its trace was cut for them (``@K`` in its source,
+    whichever way ``K`` was given: the spec, ``need``, ``params.nodes``); ``need`` for
+    rungs without a trace.
+
+    Example:
+        >>> t = Trace.from_counts([(0, 16), (300, 5)], duration_s=600, source="v100.json")
+        >>> applied_needs({"gang": t.at_least(16)}, {"gang": 8, "pool": 4})
+        {'pool': 4, 'gang': 16}
+    """
+    out = {n: k for n, k in need.items() if n not in traces}
+    for name, trace in traces.items():
+        k = split_need(trace.source)[1]
+        if k is not None and k > 1:
+            out[name] = k
+    return out
+
+
 def simulate(
     ladder: Ladder | str | Path,
     traces: Mapping[str, Trace | str | Path],
@@ -146,12 +166,11 @@ def simulate(
     """
     ladder = as_ladder(ladder)
     _check_args(ladder, traces, promotion_delay_s=promotion_delay_s,
-                demotion_delay_s=demotion_delay_s, tick_s=tick_s, duration_s=duration_s)
+                demotion_delay_s=demotion_delay_s, tick_s=tick_s, duration_s=duration_s,
+                flap_window_s=flap_window_s)
     compared = parse_policies(compare) if compare is not None else []
     _check_delays(bool(compared) and hysteresis is None, promotion_delay_s, demotion_delay_s)
     hs = _hysteresis_list(hysteresis, ladder, comparing=bool(compared))
-    if flap_window_s is not None and flap_window_s < 0:
-        raise ValueError(f"flap_window_s must be >= 0, got {flap_window_s}")
     need_by_rung = needs(ladder, need)
     resolved, ordered, timeline, tick_s = _timeline(ladder, traces, duration_s, tick_s,
                                                    need_by_rung)
@@ -166,28 +185,30 @@ def simulate(
                   for n in names]
     standby = [_standby_cost(ladder, n) if n in warm_list else 0.0 for n in names]
     window = _flap_window(ladder, compared, hs, tick_s, flap_window_s)
+    ref = build_reference(timeline, names, quality)
     oracle = summarise(oracle_rep, quality=quality, cost_per_hour=cost, serves=serves,
-                       flap_window_s=window)
+                       reference=ref, flap_window_s=window)
     policies = [summarise(rep, quality=quality, cost_per_hour=cost, serves=serves,
-                          cost_oracle=oracle.cost, standby_per_hour=standby,
+                          reference=ref, cost_oracle=oracle.cost, standby_per_hour=standby,
                           obtainable_ticks=obtainable, flap_window_s=window)
                 for rep in _sweep(ladder, timeline, hs, oracle_rep, promotion_delay_s,
                                   demotion_delay_s, warm_list, constraints)]
     ctx = PolicyContext.build(ladder, timeline, warm=warm_list, constraints=constraints)
     compared, skipped = _runnable(compared, ctx)  # a Serve-only system on a gang: no row
     comparison = run_comparison(
-        ctx, compared, quality=quality, cost_per_hour=cost, serves=serves, cost_oracle=oracle.cost,
-        obtainable_ticks=obtainable, flap_window_s=window, oracle=oracle_rep,
-        standby_rate=lambda n: _standby_cost(ladder, n),
+        ctx, compared, quality=quality, cost_per_hour=cost, serves=serves, reference=ref,
+        cost_oracle=oracle.cost, obtainable_ticks=obtainable, flap_window_s=window,
+        oracle=oracle_rep, standby_rate=lambda n: _standby_cost(ladder, n),
     ) if compared else []
     notes = skipped + oracle_notes(oracle, [*((p, None) for p in policies), *(
         (p, b.beyond_the_oracle(ctx)) for p, b in zip(comparison, compared, strict=True))])
-    rungs = _rung_rows(ladder, names, timeline, ordered, warm_list, need_by_rung, obtainable)
     return SimulationReport(
-        ladder=ladder.name, rungs=rungs, ticks=timeline.ticks, tick_s=float(tick_s),
-        duration_s=timeline.ticks * float(tick_s), warm=[n for n in names if n in warm_list],
+        ladder=ladder.name, rungs=_rung_rows(ladder, names, timeline, ordered, warm_list,
+                                             applied_needs(ordered, need_by_rung), obtainable),
+        ticks=timeline.ticks, tick_s=float(tick_s), duration_s=timeline.ticks * float(tick_s),
+        warm=[n for n in names if n in warm_list],
         oracle=oracle, policies=policies, timeline=timeline, traces=resolved,
-        comparison=comparison, flap_window_s=window, notes=notes,
+        comparison=comparison, flap_window_s=window, notes=notes, spread_method=ref.method(),
     )
 
 
@@ -221,7 +242,7 @@ def _sweep(ladder: Ladder, timeline: Timeline, hs: list[int | None], oracle_rep:
 
 def _check_args(ladder: Ladder, traces: Mapping[str, object], *, promotion_delay_s: float,
                 demotion_delay_s: float, tick_s: float | None,
-                duration_s: float | None) -> None:
+                duration_s: float | None, flap_window_s: float | None = None) -> None:
     """Raise ``ValueError`` for a trace of an unknown or non-compute rung, or a bad number."""
     for name in traces:
         if name not in ladder.names:
@@ -238,6 +259,8 @@ def _check_args(ladder: Ladder, traces: Mapping[str, object], *, promotion_delay
         raise ValueError(f"tick_s must be > 0, got {tick_s}")
     if duration_s is not None and duration_s <= 0:
         raise ValueError(f"duration_s must be > 0, got {duration_s}")
+    if flap_window_s is not None and flap_window_s < 0:
+        raise ValueError(f"flap_window_s must be >= 0, got {flap_window_s}")
 
 
 def _check_delays(sweep_skipped: bool, promotion_delay_s: float,

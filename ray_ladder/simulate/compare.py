@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ray_ladder.simulate.baselines import Baseline, LadderPolicy, PolicyContext
+from ray_ladder.simulate.reference import Reference
 from ray_ladder.simulate.replay import Replay
 from ray_ladder.simulate.report import PolicyReport, summarise
 
@@ -16,6 +17,7 @@ def run_comparison(
     quality: list[float],
     cost_per_hour: list[float],
     serves: list[bool],
+    reference: Reference,
     cost_oracle: float,
     obtainable_ticks: list[int],
     standby_rate: Callable[[str], float],
@@ -31,6 +33,8 @@ def run_comparison(
         cost_per_hour: Cost per eligible rung.
         serves: Whether time on each eligible rung is served time (one definition for
             every policy: :func:`~ray_ladder.simulate.figures.serving_rungs`).
+        reference: The best available rung per tick and the blocks of the spread, the
+            same for every policy.
         cost_oracle: The oracle's bill (for ``cost_vs_oracle``).
         obtainable_ticks: Ticks each eligible rung is obtainable (standby billing).
         standby_rate: Standby bill per hour of a warm rung while it idles.
@@ -54,6 +58,6 @@ def run_comparison(
         warm = set(policy.warm_rungs(ctx))
         standby = [standby_rate(n) if n in warm else 0.0 for n in ctx.names]
         out.append(summarise(rep, quality=quality, cost_per_hour=cost_per_hour, serves=serves,
-                             cost_oracle=cost_oracle, standby_per_hour=standby,
+                             reference=reference, cost_oracle=cost_oracle, standby_per_hour=standby,
                              obtainable_ticks=obtainable_ticks, flap_window_s=flap_window_s))
     return out

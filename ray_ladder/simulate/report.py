@@ -15,7 +15,9 @@ from ray_ladder.simulate.figures import (
     start_and_standby_bills,
     time_per_rung,
 )
+from ray_ladder.simulate.reference import Reference
 from ray_ladder.simulate.replay import Replay
+from ray_ladder.simulate.spread import Interval, against
 from ray_ladder.simulate.traces import Trace
 
 
@@ -23,9 +25,11 @@ from ray_ladder.simulate.traces import Trace
 class PolicyReport:
     """The figures of one policy (the ladder at a hysteresis, or a baseline) over one replay.
 
-    Seconds are simulated seconds. "Degraded" means served below the best eligible
-    rung, or nothing served; an episode is one unbroken degraded stretch. Every policy
-    has every figure, so baselines and the ladder compare column by column.
+    Seconds are simulated seconds. "Degraded" means served below the *top* eligible
+    rung, obtainable or not, or nothing served; an episode is one unbroken degraded
+    stretch. "Below the best available" and "regret" measure against the best rung the
+    traces let anyone have at that moment instead (:mod:`ray_ladder.simulate.spread`).
+    Every policy has every figure, so baselines and the ladder compare column by column.
 
     Attributes:
         policy: Which policy: ``"ladder"`` or a baseline's label (``"karpenter"``,
@@ -47,6 +51,7 @@ class PolicyReport:
             served time (see :mod:`ray_ladder.simulate.figures`).
         served_hours: Hours served: on a compute or cache rung, for every policy alike
             (shed time and time with no rung are not served).
+        served_fraction: ``served_hours`` as a share of the time replayed.
         falls: Selector decisions to move down (including to "nothing obtainable").
         climbs: Selector decisions to move up; each one starts the new rung's replicas.
         climbs_abandoned: Climbs dropped because the selector moved on before the new
@@ -56,10 +61,16 @@ class PolicyReport:
         flaps: Climbs followed by a fall (the next move) within ``flap_window_s``.
         flap_window_s: The window flaps are counted in (one hysteresis window).
         top_fraction: Share of time the best eligible rung served.
-        degraded_s_total: Seconds degraded in all.
+        degraded_s_total: Seconds degraded (below the top rung, or nothing) in all.
         degraded_episodes: Number of degraded episodes.
         degraded_longest_s: Longest episode.
         degraded_p95_episode_s: 95th percentile of episode lengths (nearest rank).
+        below_best_s_total: Seconds on a rung worse than the best one obtainable at that
+            tick, or on none while one could be had.
+        below_best_fraction: The same as a share of the time replayed.
+        regret: Quality-weighted availability lost against the best rung obtainable at
+            each tick (share of time, never negative; the oracle's is 0).
+        regret_hours: The same in quality-weighted hours.
         alerts: ``max_degraded_seconds`` alerts the selector fired.
         quality_weighted_availability: Sum of quality x time served / total time.
         cost: Sum of ``cost_per_hour`` x hours served, plus hours spent starting rungs.
@@ -73,6 +84,9 @@ class PolicyReport:
         cost_per_served_hour: ``(cost + cost_standby) / served_hours`` (``None`` when
             nothing ever served): the whole bill per hour of service, the same
             definition for every policy.
+        spread: ``served_fraction``, ``cost_per_served_hour`` and ``regret`` -> their
+            90 % block-bootstrap interval over days ``(low, high)``, ``None`` where the
+            figure is undefined (:mod:`ray_ladder.simulate.spread`).
         replay: The raw replay (change points), for plots; not in :meth:`to_dict`.
 
     Example:
@@ -91,6 +105,7 @@ class PolicyReport:
     unserved_fraction: float
     shed_fraction: float
     served_hours: float
+    served_fraction: float
     falls: int
     climbs: int
     climbs_abandoned: int
@@ -103,6 +118,10 @@ class PolicyReport:
     degraded_episodes: int
     degraded_longest_s: float
     degraded_p95_episode_s: float
+    below_best_s_total: float
+    below_best_fraction: float
+    regret: float
+    regret_hours: float
     alerts: int
     quality_weighted_availability: float
     cost: float
@@ -112,6 +131,7 @@ class PolicyReport:
     cost_always_top: float
     cost_oracle: float
     cost_per_served_hour: float | None
+    spread: dict[str, Interval | None]
     replay: Replay = field(repr=False, compare=False)
 
     @property
@@ -185,6 +205,8 @@ class SimulationReport:
         policies: One report per ``hysteresis`` value, in the order asked.
         comparison: One report per compared policy (``compare=``), in the order asked.
         flap_window_s: The window every report counts flaps in.
+        spread_method: How the policies' ``spread`` intervals were drawn (blocks, their
+            length, resamples, seed, level).
         notes: Loud notes, one :class:`Note` each (a JSON object in :meth:`to_dict`):
             ``"above_oracle"`` for each policy whose figures beat the oracle's, and why
             (:func:`~ray_ladder.simulate.bounds.oracle_notes`); ``"cannot_run"`` for each
@@ -211,6 +233,7 @@ class SimulationReport:
     comparison: list[PolicyReport] = field(default_factory=list)
     flap_window_s: float = 0.0
     notes: list[Note] = field(default_factory=list)
+    spread_method: dict[str, Any] = field(default_factory=dict)
 
     def compared(self, label: str) -> PolicyReport:
         """The compared policy with this label (``"karpenter"``, ``"ladder"``, ...).
@@ -243,6 +266,7 @@ class SimulationReport:
             "duration_s": self.duration_s,
             "warm": self.warm,
             "flap_window_s": self.flap_window_s,
+            "spread_method": self.spread_method,
             "oracle": self.oracle.to_dict(),
             "policies": [p.to_dict() for p in self.policies],
             "comparison": [p.to_dict() for p in self.comparison],
@@ -260,6 +284,7 @@ def summarise(
     quality: list[float],
     cost_per_hour: list[float],
     serves: list[bool],
+    reference: Reference,
     cost_oracle: float | None = None,
     standby_per_hour: list[float] | None = None,
     obtainable_ticks: list[int] | None = None,
@@ -273,6 +298,8 @@ def summarise(
         cost_per_hour: Cost of each eligible rung.
         serves: Whether time on each eligible rung is served time
             (:func:`~ray_ladder.simulate.figures.serving_rungs`).
+        reference: The best available rung per tick and the blocks of the spread
+            (:func:`~ray_ladder.simulate.reference.build_reference`).
         cost_oracle: The oracle's bill (``None``: this replay is the oracle).
         standby_per_hour: Standby bill per hour of each rung while it idles warm (0 for
             rungs that are not warm); ``None``: no standby.
@@ -281,17 +308,19 @@ def summarise(
     """
     ticks, tick = rep.ticks, rep.tick_s
     units, unserved, episodes = time_per_rung(rep)
-    hours = tick / 3600.0
+    hours, days = tick / 3600.0, ticks * tick / 86400.0
     starting, standby = start_and_standby_bills(rep, units, cost_per_hour, standby_per_hour,
                                                  obtainable_ticks)
     cost = sum(c * u * hours for c, u in zip(cost_per_hour, units, strict=True)) + starting
-    days = ticks * tick / 86400.0
-    if flap_window_s is None:
-        flap_window_s = (rep.hysteresis or 1) * tick
+    window = (rep.hysteresis or 1) * tick if flap_window_s is None else flap_window_s
     served_h = served_hours(units, serves, tick)
     shed = sum((u for u, s in zip(units, serves, strict=True) if not s), 0.0)
     standby_total = sum(standby.values())
+    vs_best = against(rep, reference, cost_per_hour=cost_per_hour, serves=serves,
+                      standby_per_hour=standby_per_hour)
     return PolicyReport(
+        **_episode_fields(episodes),
+        **_best_fields(vs_best.below_best_ticks, vs_best.regret_ticks, ticks, tick),
         policy=rep.policy,
         params=dict(rep.params),
         hysteresis=rep.hysteresis,
@@ -303,18 +332,15 @@ def summarise(
         unserved_fraction=unserved / ticks,
         shed_fraction=shed / ticks,
         served_hours=served_h,
+        served_fraction=served_h * 3600.0 / (ticks * tick),
         falls=rep.falls,
         climbs=rep.climbs,
         climbs_abandoned=rep.climbs_abandoned,
         climbs_per_day=rep.climbs / days,
         falls_per_day=rep.falls / days,
-        flaps=count_flaps(rep.target, len(rep.names), flap_window_s / tick, rep.lost),
-        flap_window_s=flap_window_s,
+        flaps=count_flaps(rep.target, len(rep.names), window / tick, rep.lost),
+        flap_window_s=window,
         top_fraction=units[0] / ticks if units else 0.0,
-        degraded_s_total=sum(episodes),
-        degraded_episodes=len(episodes),
-        degraded_longest_s=max(episodes, default=0.0),
-        degraded_p95_episode_s=p95(episodes),
         alerts=rep.alerts,
         quality_weighted_availability=sum(
             q * u for q, u in zip(quality, units, strict=True)) / ticks,
@@ -325,5 +351,21 @@ def summarise(
         cost_always_top=cost_per_hour[0] * ticks * hours,
         cost_oracle=cost if cost_oracle is None else cost_oracle,
         cost_per_served_hour=per_served_hour(cost + standby_total, served_h),
+        spread=vs_best.spread,
         replay=rep,
     )
+
+
+def _episode_fields(episodes: list[float]) -> dict[str, Any]:
+    """The degraded figures (against the top rung) from the episodes' seconds."""
+    return {"degraded_s_total": sum(episodes), "degraded_episodes": len(episodes),
+            "degraded_longest_s": max(episodes, default=0.0),
+            "degraded_p95_episode_s": p95(episodes)}
+
+
+def _best_fields(below_ticks: float, regret_ticks: float, ticks: int,
+                 tick_s: float) -> dict[str, Any]:
+    """The figures against the best available rung, in seconds, shares and hours."""
+    return {"below_best_s_total": round(below_ticks * tick_s, 3),  # ms: float noise
+            "below_best_fraction": below_ticks / ticks, "regret": regret_ticks / ticks,
+            "regret_hours": regret_ticks * tick_s / 3600.0}
