@@ -357,3 +357,27 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def open_loop(send: Any, rate: float, duration_s: float, workers: int = 64) -> list[Any]:
+    """Call ``send(i)`` at ``rate`` a second for ``duration_s`` on a clock of its own
+    (open loop: a slow answer never delays the next call), ``workers`` at once at most;
+    return the results in call order (load for tests and ``bench/``).
+
+    Example:
+        >>> open_loop(lambda i: i * i, rate=100, duration_s=0.05)
+        [0, 1, 4, 9, 16]
+    """
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    calls = max(1, round(rate * duration_s))
+    start = time.monotonic()
+    with ThreadPoolExecutor(workers) as pool:
+        futures = []
+        for i in range(calls):
+            ahead = start + i / rate - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)  # pacing the load, not waiting for a condition
+            futures.append(pool.submit(send, i))
+        return [f.result() for f in futures]

@@ -72,6 +72,13 @@ PANELS: tuple[Panel, ...] = (
          "{{ladder}} {{rung}}"),
     ), unit="ops", description="Copies sent to the next rung after assign_timeout_s; "
        "with a preemption notice acted on, a reclaim adds none."),
+    Panel("Spilled requests and slow rungs (latency targets)", (
+        (f"sum by (ladder, rung) (rate(ray_ladder_spills_total{{{SEL}}}[5m]))",
+         "{{ladder}} {{rung}} spilled"),
+        (f"sum by (ladder, rung) (increase(ray_ladder_slow_total{{{SEL}}}[1h]))",
+         "{{ladder}} {{rung}} found slow"),
+    ), unit="ops", description="Requests passed over a rung expected to miss their "
+       "target (they ran below), and times a rung was found slow (docs/serve.md)."),
     Panel("Autoscaler hook: role per rung", (
         (f"max by (ladder, rung, role) (ray_ladder_hook_role{{{SEL}}}) == 1",
          "{{ladder}} {{rung}} {{role}}"),

@@ -197,6 +197,14 @@ class LadderBoard:
         """One request ``rung`` was slow to take, copied to another rung."""
         self._inc("ladder_hedges", ladder=ladder, rung=rung)
 
+    def spilled(self, ladder: str, rung: str) -> None:
+        """One request passed over ``rung`` for its latency target."""
+        self._inc("ladder_spills", ladder=ladder, rung=rung)
+
+    def slow(self, ladder: str, rung: str) -> None:
+        """``rung`` was found slow."""
+        self._inc("ladder_slow", ladder=ladder, rung=rung)
+
     def call_finished(self, user: str, ladder: Ladder, rung: str | None,
                       attempts: Sequence[Attempt]) -> None:
         """One ``@ladder_task`` call ended on ``rung`` (None: it did not run to an answer)

@@ -72,7 +72,8 @@ METRICS: tuple[MetricSpec, ...] = (
                "serve, task, tune"),
     MetricSpec("ladder_transitions", "counter", (_L, _P, "direction", "reason"),
                "Ladder moves; direction `down`/`up`/`none` (first pick); reason `first`, "
-               "`lost`, `preemption_notice`, `exhausted`, `returned`, `promoted`, `other`",
+               "`lost`, `preemption_notice`, `slow`, `exhausted`, `returned`, `promoted`, "
+               "`other`",
                "serve, task, tune, hook"),
     MetricSpec("ladder_alerts", "counter", (_L, _P),
                "`max_degraded_seconds` alerts (one per degraded episode)", "serve, task"),
@@ -89,6 +90,13 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("ladder_hedges", "counter", (_L, _R),
                "Requests copied to another rung because no replica of `rung` took them "
                "within `assign_timeout_s` (a hedge; the first answer wins)", "serve"),
+    MetricSpec("ladder_spills", "counter", (_L, _R),
+               "Requests passed over `rung` because it was expected to miss their latency "
+               "target (its queue and service time); they went below", "serve"),
+    MetricSpec("ladder_slow", "counter", (_L, _R),
+               "Times `rung` was found slow: its replicas broke the ladder's latency "
+               "target for `slow_after_s` (queue left out); the ladder fell off it",
+               "serve"),
     MetricSpec("ladder_hook_role", "gauge", (_L, _R, "role"),
                "1 for the role the autoscaler hook gives the rung (`serving`, `warming`, "
                "`draining`, `released`, `none`), 0 for the others", "hook"),

@@ -21,10 +21,10 @@ EventKind = Literal["transition", "alert", "call", "requested", "released", "sto
 #: ``preemption_notice`` its nodes drain, ``exhausted`` nothing eligible is left,
 #: ``returned`` a rung came back after exhaustion, ``promoted`` a climb after hysteresis,
 #: ``other`` anything else (the hook's own steps).
-TransitionCause = Literal["first", "lost", "preemption_notice", "exhausted", "returned",
-                          "promoted", "other"]
-TRANSITION_CAUSES: tuple[str, ...] = ("first", "lost", "preemption_notice", "exhausted",
-                                      "returned", "promoted", "other")
+TransitionCause = Literal["first", "lost", "preemption_notice", "slow", "exhausted",
+                          "returned", "promoted", "other"]
+TRANSITION_CAUSES: tuple[str, ...] = ("first", "lost", "preemption_notice", "slow",
+                                      "exhausted", "returned", "promoted", "other")
 
 
 @dataclass(frozen=True, slots=True)

@@ -188,7 +188,7 @@ class Selector:
 
     def observe(self, obtainable: Mapping[str, bool], now: float,
                 why: Mapping[str, str] | None = None, *,
-                going: Collection[str] = ()) -> Decision:
+                going: Collection[str] = (), slow: Collection[str] = ()) -> Decision:
         """Feed one observation of which rungs are obtainable; get the decision.
 
         Args:
@@ -200,6 +200,8 @@ class Selector:
             going: Rungs going away (their nodes drain: a preemption notice,
                 ``CapacitySnapshot.going_away``): a fall off one has cause
                 ``preemption_notice`` (else ``lost``); never an input to the decision.
+            slow: Rungs found slow (they answer, past their latency target): a fall off
+                one has cause ``slow``; never an input to the decision.
         """
         names = self._names
         always = self._always
@@ -226,7 +228,8 @@ class Selector:
                 reason = f"{previous} unobtainable"
                 if why and previous is not None and previous in why:
                     reason += f": {why[previous]}"
-                cause = "preemption_notice" if previous in going else "lost"
+                cause = "preemption_notice" if previous in going else \
+                    "slow" if previous in slow else "lost"
         else:
             new_idx = prev_idx
             reason = ""

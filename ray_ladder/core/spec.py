@@ -21,6 +21,7 @@ from ray_ladder.core.config_errors import issues_from_validation_error
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.documents import load_document, parse_json, parse_yaml
 from ray_ladder.core.exceptions import ConfigError, ConfigIssue, InvalidConstraintsError
+from ray_ladder.core.latency import LatencyTargets
 from ray_ladder.core.spec_rules import (
     RungFacts,
     as_error,
@@ -65,7 +66,7 @@ class Policy(BaseModel):
         >>> Policy(promotion_hysteresis=3, max_degraded_seconds=600)
         ... # doctest: +NORMALIZE_WHITESPACE
         Policy(promotion_hysteresis=3, max_degraded_seconds=600.0, probe_interval_s=1.0,
-               pending_timeout_s=10.0, retry_after_s=5.0)
+               pending_timeout_s=10.0, retry_after_s=5.0, targets=None)
     """
 
     model_config = _STRICT
@@ -90,6 +91,10 @@ class Policy(BaseModel):
     )
     retry_after_s: float = Field(
         5.0, gt=0, description="Retry-After hint given by a shed rung or an exhausted ladder."
+    )
+    targets: LatencyTargets | None = Field(
+        None, description="Latency targets of the ladder's requests (serving): requests "
+        "spill to a lower rung that meets them; a rung that keeps breaking them is slow."
     )
 
 

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.context import RungContext
+from ray_ladder.core.latency import LatencyTargets
 from ray_ladder.core.placement import standby_replicas
 from ray_ladder.core.spec import Ladder, as_ladder
 from ray_ladder.core.teamwork import check_team
@@ -19,6 +20,7 @@ from ray_ladder.serve.deployed import bind_rung, serve_target
 from ray_ladder.serve.llm.openai_server import is_openai_server
 from ray_ladder.serve.llm.protocol import is_llm_class
 from ray_ladder.serve.replica import replica_class
+from ray_ladder.serve.targets import route_target_table
 
 #: Pins the router to the head node on any Ray cluster (Ray gives only the head this
 #: resource; Ray Train pins its state actor the same way), so it never dies with a rung.
@@ -54,18 +56,22 @@ def _resolve_class(name: str, target: Any) -> type:
 
 
 def _bind_rung(ladder: Ladder, rung_name: str, target: Any, init_kwargs: dict[str, Any],
-               extra_options: Mapping[str, Any] | None, team: str | None = None) -> Any:
+               extra_options: Mapping[str, Any] | None,
+               team: str | None = None) -> tuple[Any, int]:
     """One compute rung's deployment, bound: a plain class in its replica wrapper, or the
-    user's own deployment with the rung's placement and scaling (``serve/deployed.py``)."""
+    user's own deployment with the rung's placement and scaling (``serve/deployed.py``);
+    and the ``max_ongoing_requests`` of each of its replicas (the router's load book)."""
     from ray import serve
 
     context = RungContext.of(ladder, rung_name)
     options = _merge(rung_deployment_options(ladder, rung_name, team), extra_options)
     served = serve_target(_resolve(rung_name, target))
     if served is not None:
-        return bind_rung(served, context, options, init_kwargs)
+        slots = options.get("max_ongoing_requests") or served.deployment.max_ongoing_requests
+        return bind_rung(served, context, options, init_kwargs), int(slots)
     cls = _resolve_class(rung_name, target)
-    return serve.deployment(**options)(replica_class(cls)).bind(cls, context, init_kwargs)
+    deployment = serve.deployment(**options)(replica_class(cls))
+    return deployment.bind(cls, context, init_kwargs), int(deployment.max_ongoing_requests)
 
 
 def _check_rung_names(ladder: Ladder, given: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -163,6 +169,8 @@ def build_app(
     constraints: Constraints | Mapping[str, Any] | None = None,
     routes: Mapping[str, Constraints | Mapping[str, Any]] | None = None,
     team: str | None = None,
+    targets: LatencyTargets | Mapping[str, Any] | None = None,
+    route_targets: Mapping[str, LatencyTargets | Mapping[str, Any]] | None = None,
 ) -> Any:
     """The Serve application of ``ladder``: ``serve.run(build_app(...))``.
 
@@ -200,6 +208,12 @@ def build_app(
             ``POST /eu`` run EU-only while ``/`` stays global); narrowed by ``constraints``.
         team: The fleet team the app belongs to (the operator's binding; docs/teams.md):
             its shared rungs follow the team's grants from the fleet arbiter.
+        targets: Latency targets of the app's requests: the fields given replace the
+            ladder's ``policy.targets`` (docs/serve.md, "Targets, spill and slow rungs").
+        route_targets: Path prefix inside the app -> targets of the requests under it,
+            replacing the app's fields given (``{"/batch": {"answer_s": 30}}``).
+            A request may only narrow its targets (``X-Ladder-Target-S``, the OpenAI
+            client's timeout).
 
     Raises:
         ValueError: a compute rung without class, a class for an unknown rung, or a
@@ -227,8 +241,9 @@ def build_app(
                         {p: c for p, c in ((p, _constraints(v)) for p, v in
                                            (routes or {}).items()) if c is not None})
 
-    bound = {n: _bind_rung(ladder, n, rungs[n], dict((init_kwargs or {}).get(n, {})),
+    built = {n: _bind_rung(ladder, n, rungs[n], dict((init_kwargs or {}).get(n, {})),
                            (deployment_options or {}).get(n), team) for n in compute}
+    bound = {n: app for n, (app, _) in built.items()}
 
     actor_options: dict[str, Any] = {"num_cpus": 0}
     if router_label_selector is not None:
@@ -246,6 +261,8 @@ def build_app(
         "request_timeout_s": request_timeout_s,
         "down_cooldown_s": down_cooldown_s,
         "team": team,
+        "slots": {n: slots for n, (_, slots) in built.items()},
+        "targets": route_target_table(ladder, targets, route_targets),
     }
     return serve.deployment(**router)(LadderRouter).bind(
         ladder.model_dump_json(), bound, {n: n for n in compute}, settings)
@@ -281,6 +298,10 @@ class LadderAppArgs(BaseModel):
     routes: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Path prefix -> constraints bound to its requests.")
     team: str | None = Field(None, description="The fleet team the app belongs to.")
+    targets: dict[str, Any] | None = Field(
+        None, description="Latency targets replacing the ladder's (see build_app).")
+    route_targets: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Path prefix -> its latency targets.")
 
 
 def app_builder(args: dict[str, Any]) -> Any:
@@ -310,4 +331,6 @@ def app_builder(args: dict[str, Any]) -> Any:
         constraints=parsed.constraints,
         routes=parsed.routes,
         team=parsed.team,
+        targets=parsed.targets,
+        route_targets=parsed.route_targets,
     )

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from typing import Any
 
 from ray_ladder.cluster import ray_private
 from ray_ladder.serve.errors import RungFailed, rung_failure
+from ray_ladder.serve.load import LoadBook
 
 #: Least silence (seconds) after which a rung with a RUNNING replica has failed a request.
 DEAD_AFTER_MIN_S = 5.0
@@ -59,6 +61,9 @@ class RungCaller:
         assign_timeout_s: Wait for a replica to take a request before hedging.
         request_timeout_s: Wait for an answer once taken (``None``: no limit).
         pending_timeout_s: Wait for a cold rung's replica to start.
+        book: Counts requests in flight per rung and times their answers from the moment
+            a replica took them (``serve/load.py``; ``None``: not kept).
+        clock: The wall clock the book's times are read from.
 
     Example:
         >>> caller = RungCaller(handles, assign_timeout_s=0.25, request_timeout_s=None,
@@ -67,7 +72,9 @@ class RungCaller:
     """
 
     def __init__(self, handles: Mapping[str, Any], *, assign_timeout_s: float,
-                 request_timeout_s: float | None, pending_timeout_s: float) -> None:
+                 request_timeout_s: float | None, pending_timeout_s: float,
+                 book: LoadBook | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self._handles = dict(handles)
         self._ping = {name: h.options(method_name="ladder_ping") for name, h in handles.items()}
         self._streams = {name: h.options(method_name="ladder_generate", stream=True)
@@ -76,6 +83,8 @@ class RungCaller:
         self.request_timeout_s = request_timeout_s
         self.pending_timeout_s = pending_timeout_s
         self._last_alive: dict[str, float] = {}
+        self.book = book
+        self._clock = clock
         self._down: dict[str, asyncio.Future[None]] = {}
 
     def alive_within(self, rung: str, seconds: float) -> bool:
@@ -135,13 +144,24 @@ class RungCaller:
         gen = self._streams[rung].remote(request)
         waiting: asyncio.Future[Any] = asyncio.ensure_future(ray_private.replica_assigned(gen))
         finished = False
+        book = self.book
+        sent = asyncio.get_running_loop().time()
+        ahead = book.sent(rung) if book is not None else 0
         try:
             await self._stream_taken(rung, waiting, down, self.dead_after(warm), give_up_s,
                                      elsewhere)
-            self._last_alive[rung] = asyncio.get_running_loop().time()
+            taken = self._last_alive[rung] = asyncio.get_running_loop().time()
+            if book is not None:
+                book.taken(rung, taken - sent, ahead)
+            first = True
             async for item in self._pieces(rung, gen, down):
+                if first and book is not None:
+                    book.first_piece(rung, self._since(taken), self._clock())
+                first = False
                 yield item
             finished = True
+            if book is not None:
+                book.stream_ended(rung, self._since(taken))
         except (RungFailed, asyncio.CancelledError):
             raise
         except Exception as err:
@@ -153,6 +173,12 @@ class RungCaller:
             waiting.cancel()
             if not finished:
                 gen.cancel()
+            if book is not None:
+                book.ended(rung)
+
+    @staticmethod
+    def _since(start: float) -> float:
+        return asyncio.get_running_loop().time() - start
 
     async def _stream_taken(self, rung: str, waiting: asyncio.Future[Any],
                             down: asyncio.Future[None], dead_s: float,
@@ -205,13 +231,16 @@ class RungCaller:
         """Reach a replica of ``rung`` (starts one on a cold rung; warms the handle)."""
         assigned: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         await self._send(self._ping[rung], rung, (), timeout_s, timeout_s, lambda: True,
-                         assigned)
+                         assigned, counted=False)
 
     async def _send(self, handle: Any, rung: str, args: tuple[Any, ...], dead_s: float,
                     answer_s: float | None, elsewhere: Callable[[], bool],
-                    assigned: asyncio.Future[None]) -> Any:
+                    assigned: asyncio.Future[None], counted: bool = True) -> Any:
         loop = asyncio.get_running_loop()
         down = self._down_signal(rung)
+        book = self.book if counted else None
+        sent = loop.time()
+        ahead = book.sent(rung) if book is not None else 0
         response = handle.remote(*args)
         # The two halves of `await response`, so the wait for a replica and the wait for
         # the answer get their own limits.
@@ -233,13 +262,17 @@ class RungCaller:
                 window = loop.time()
             replica_result = waiting.result()
             assigned.set_result(None)
-            self._last_alive[rung] = loop.time()
+            taken = self._last_alive[rung] = loop.time()
+            if book is not None:
+                book.taken(rung, taken - sent, ahead)
             waiting = asyncio.ensure_future(replica_result.get_async())
             done, _ = await asyncio.wait((waiting, down), timeout=answer_s,
                                          return_when=asyncio.FIRST_COMPLETED)
             if waiting in done:
                 value = waiting.result()
                 self._last_alive[rung] = loop.time()
+                if book is not None:
+                    book.answered(rung, loop.time() - taken, self._clock())
                 return value
             if down in done:
                 raise RungFailed("rung went down while the request ran")
@@ -256,3 +289,5 @@ class RungCaller:
         finally:
             if not assigned.done():
                 assigned.cancel()
+            if book is not None:
+                book.ended(rung)

@@ -21,6 +21,8 @@ class RungHealth:
         streak: Consecutive failures, each within one applied cooldown of the last.
         probation: It failed a request and no replica has answered since: past the
             cooldown it counts again only once a replica answers (a ping or a request).
+        slow: It was marked down for being slow (it answers, past its latency target;
+            ``serve/load.py``), not for failing: its retry delay is ``down_until``.
 
     Example:
         >>> backoff = Backoff(base_s=1.0, cap_s=30.0)
@@ -35,6 +37,7 @@ class RungHealth:
     reason: str | None = None
     streak: FailureStreak = FailureStreak()
     probation: bool = False
+    slow: bool = False
 
     def is_down(self, now: float) -> bool:
         """Whether the failure cooldown still runs at ``now`` (the one such check)."""
@@ -48,7 +51,11 @@ class RungHealth:
         """A request saw the rung fail at ``now``: down for the streak's cooldown."""
         streak = self.streak.after_failure(now, backoff)
         return replace(self, down_until=now + streak.cooldown_s, reason=reason,
-                       streak=streak, probation=True)
+                       streak=streak, probation=True, slow=False)
+
+    def slowed(self, reason: str, until: float) -> RungHealth:
+        """Found slow: down until ``until`` (its retry), no probation (it answers)."""
+        return replace(self, down_until=until, reason=reason, slow=True)
 
     def answered(self, now: float) -> RungHealth:
         """A replica answered: probation ends (unless its cooldown still runs)."""

@@ -83,8 +83,10 @@ class Race:
         assign_s = self._caller.assign_timeout_s
         # A warm rung past the walk's deadline still gets one window to take the request;
         # a cold one is starting its replica: the request waits for it, as Serve would.
-        give_up_at = max(walk.give_up_at, self._clock() + assign_s) \
-            if self._is_warm(name) else math.inf
+        # A request queued on a full rung under a latency target leaves in time to fall
+        # back (walk.leave_at).
+        give_up_at = math.inf if not self._is_warm(name) else walk.leave_at \
+            if walk.leave_at is not None else max(walk.give_up_at, self._clock() + assign_s)
         primary = self._start(name, payload, view, walk)
         racing = [primary]
         hedge_at = loop.time() + assign_s

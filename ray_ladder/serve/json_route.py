@@ -26,7 +26,9 @@ class JsonRouter(Protocol):
     @property
     def router_state(self) -> Any: ...
     def state(self) -> dict[str, Any]: ...
-    async def answer(self, payload: Any, constraints: Constraints | None) -> LadderResult: ...
+    def targets_for(self, request: Any) -> Any: ...
+    async def answer(self, payload: Any, constraints: Constraints | None,
+                     targets: Any = None) -> LadderResult: ...
 
 
 async def handle(router: JsonRouter, request: Any, max_body_bytes: int) -> Any:
@@ -43,13 +45,14 @@ async def handle(router: JsonRouter, request: Any, max_body_bytes: int) -> Any:
                             405, headers={"Allow": "POST"})
     try:
         constraints = router.bindings.from_headers(request.headers, relative_path(request))
+        targets = router.targets_for(request)
         http.check_length(request.headers.get("content-length"), max_body_bytes)
         payload = http.parse_body(await request.body(), max_body_bytes)
     except http.HttpError as err:
         return JSONResponse(err.body(), err.status, headers=err.headers)
     degraded = router.router_state.degraded_s(constraints)
     try:
-        result = await router.answer(payload, constraints)
+        result = await router.answer(payload, constraints, targets)
     except LadderExhaustedError as err:
         body, headers = http.unavailable(err, degraded)
         return JSONResponse(body, http.refusal_status(err), headers=headers)

@@ -48,7 +48,8 @@ class LadderMetrics:
         self._tags = {"ladder": ladder.name, "part": "serve"}
         self.counts: dict[str, Any] = {
             "requests": Counter(), "transitions": Counter(), "alerts": 0,
-            "hedges": Counter(), "resent": Counter(),
+            "hedges": Counter(), "resent": Counter(), "spills": Counter(),
+            "slow": Counter(),
             "current_rung": -1, "degraded_seconds": 0.0,
         }
         self._exported: Counter[str] = Counter()
@@ -77,6 +78,17 @@ class LadderMetrics:
         """A request ``rung`` was slow to take was copied to another rung (a hedge)."""
         self.counts["hedges"][rung] += 1
         self.board.hedged(self.ladder.name, rung)
+
+    def spilled(self, rung: str) -> None:
+        """A request passed over ``rung`` for its latency target (it went below)."""
+        self.counts["spills"][rung] += 1
+        self.board.spilled(self.ladder.name, rung)
+
+    def slow(self, rung: str, event: TransitionEvent) -> None:
+        """``rung`` was found slow (``event`` says why; logged with the others)."""
+        self.counts["slow"][rung] += 1
+        self.board.slow(self.ladder.name, rung)
+        log_event(event, part="serve", source=self.app)
 
     def resent(self, rung: str) -> None:
         """A request ``rung`` failed goes to another rung (or, with none left, fails)."""
@@ -134,6 +146,8 @@ class LadderMetrics:
             "alerts": self.counts["alerts"],
             "hedges": dict(self.counts["hedges"]),
             "resent": dict(self.counts["resent"]),
+            "spills": dict(self.counts["spills"]),
+            "slow": dict(self.counts["slow"]),
             "current_rung": self.counts["current_rung"],
             "degraded_seconds": round(self.counts["degraded_seconds"], 3),
         }

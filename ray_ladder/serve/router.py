@@ -11,14 +11,17 @@ from typing import Any
 from ray_ladder.cluster.capacity import CapacityView
 from ray_ladder.cluster.event_log import show_events_on_stderr
 from ray_ladder.core.constraints import Constraints
+from ray_ladder.core.latency import LatencyTargets
 from ray_ladder.core.spec import Ladder
 from ray_ladder.serve import forward as forwarding
 from ray_ladder.serve import http, json_route
-from ray_ladder.serve.bindings import Bindings
+from ray_ladder.serve import targets as target_rules
+from ray_ladder.serve.bindings import Bindings, relative_path
 from ray_ladder.serve.cache import AnswerCache
 from ray_ladder.serve.calls import RungCaller
 from ray_ladder.serve.llm import routes as openai_routes
 from ray_ladder.serve.llm.routes import route_of
+from ray_ladder.serve.load import LoadBook
 from ray_ladder.serve.metrics import LadderMetrics
 from ray_ladder.serve.probe import Prober
 from ray_ladder.serve.result import LadderResult
@@ -60,10 +63,17 @@ class LadderRouter:
         #: The router's wall clock (the one seam for time in the request walk).
         self._clock: Callable[[], float] = time.time
         policy = self.ladder.policy
+        #: Path prefix -> latency targets (``serve/targets.py``); requests only narrow them.
+        self.targets: dict[str, LatencyTargets] = options.get("targets") or {}
+        base = self.targets.get("") or LatencyTargets()
+        book = LoadBook(dict(options.get("slots") or {n: 5 for n in handles}),
+                        answer_s=base.answer_s, ttft_s=base.ttft_s,
+                        slow_after_s=base.slow_after_s,
+                        on_slow=lambda *slow: self.walker.mark_slow(*slow))
         self._caller = RungCaller(
             handles, assign_timeout_s=float(options["assign_timeout_s"]),
             request_timeout_s=options.get("request_timeout_s"),
-            pending_timeout_s=policy.pending_timeout_s)
+            pending_timeout_s=policy.pending_timeout_s, book=book, clock=self._clock)
         #: Compute rungs whose class generates text (the OpenAI routes use only these).
         self.llm_rungs: frozenset[str] = frozenset(options.get("llm_rungs", ()))
         default, routes = options.get("bindings") or (None, {})
@@ -94,7 +104,8 @@ class LadderRouter:
         self.walker = Walker(self._state, self._caller, self._metrics, cache=self._cache,
                              probed=lambda: self._prober.probed, spawn=self._spawn,
                              clock=self._clock, llm_rungs=self.llm_rungs,
-                             budget=lambda: view.last.budget if view.last else None)
+                             budget=lambda: view.last.budget if view.last else None,
+                             book=book)
         self._prober = Prober(self._state, self._caller, view, self._metrics,
                               deployments, app=self._app, failed=self.walker.mark_failed,
                               spawn=self._spawn, clock=self._clock, team=self.team)
@@ -121,13 +132,23 @@ class LadderRouter:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def answer(self, payload: Any, constraints: Constraints | None) -> LadderResult:
+    async def answer(self, payload: Any, constraints: Constraints | None,
+                     targets: LatencyTargets | None = None) -> LadderResult:
         """Answer ``payload`` from the best rung that can (:meth:`Walker.answer`).
 
         Raises:
             LadderExhaustedError: shed, or every eligible rung is gone (every attempt).
         """
-        return await self.walker.answer(payload, constraints)
+        return await self.walker.answer(payload, constraints, targets)
+
+    def targets_for(self, request: Any) -> LatencyTargets:
+        """The latency targets of an HTTP request: its route's, narrowed by its headers.
+
+        Raises:
+            http.HttpError: 400 for a malformed target header.
+        """
+        base = target_rules.for_path(self.targets, relative_path(request))
+        return target_rules.request_targets(base, request.headers)
 
     async def predict(self, payload: Any, jurisdiction: str | None = None,
                       max_cost_per_hour: float | None = None, min_quality: float | None = None,
@@ -142,7 +163,8 @@ class LadderRouter:
         constraints = http.make_constraints(
             self.ladder, jurisdiction=jurisdiction, max_cost_per_hour=max_cost_per_hour,
             min_quality=min_quality, sites=sites)
-        return await self.walker.answer(payload, self.bindings.narrow(constraints))
+        return await self.walker.answer(payload, self.bindings.narrow(constraints),
+                                        self.targets.get(""))
 
     def state(self) -> dict[str, Any]:
         """The ladder's state (what ``GET /-/ladder`` returns)."""

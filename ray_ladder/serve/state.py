@@ -118,9 +118,11 @@ class RouterState:
         self.lost = [n for n in self._compute if before.get(n) and not self._obtainable[n]]
         self.observations += 1
         why = {n: going_away_reason(d, now) for n, d in self._going.items()}
+        slow = {n for n, h in self._health.items() if h.slow and h.is_down(now)}
+        why.update({n: f"slow: {self._health[n].reason}" for n in slow})
         for key, selector in self._selectors.items():
             self._decisions[key] = selector.observe(self._view(selector), now, why,
-                                                 going=self._going)
+                                                    going=self._going, slow=slow)
         return self._decisions[_DEFAULT_KEY]
 
     def _view(self, selector: Selector) -> Mapping[str, bool]:
@@ -157,11 +159,6 @@ class RouterState:
     def _next_warm(self, selector: Selector, rung: str) -> str | None:
         below = self._below(selector, rung)
         return below if below is not None and self.is_warm(below) else None
-
-    @property
-    def going_away(self) -> Mapping[str, float | None]:
-        """Rungs going away (preemption notice) -> drain deadline, as last observed."""
-        return self._going
 
     def held_everywhere(self, now: float) -> set[str]:
         """Held rungs that no selector with a request in the last ``RECENT_USE_S`` may use
@@ -246,10 +243,11 @@ class RouterState:
         self._health[rung] = self._health[rung].failed(reason, now, self._backoff)
         return self._observe_all(now)
 
-    def has_other_compute(self, selector: Selector, rung: str) -> bool:
-        """Whether an eligible compute rung of ``selector`` other than ``rung`` is
-        obtainable (as of the last observation)."""
-        return self.hedge_target(selector, {rung}) is not None
+    def mark_slow(self, rung: str, reason: str, until: float, now: float) -> Decision:
+        """``rung`` was found slow (``serve/load.py``): unobtainable until ``until``, its
+        retry; re-observe at once (the selectors fall off it with cause ``slow``)."""
+        self._health[rung] = self._health[rung].slowed(reason, until)
+        return self._observe_all(now)
 
     def hedge_target(self, selector: Selector, exclude: set[str]) -> str | None:
         """Where to send a copy of a request whose rung is slow to take it: the best
@@ -270,7 +268,7 @@ class RouterState:
         """A short reason why compute ``rung`` is not obtainable (for logs and state)."""
         health = self._health[rung]
         if health.is_down(now):
-            return f"marked down: {health.reason}"
+            return f"{'slow' if health.slow else 'marked down'}: {health.reason}"
         if not self._placeable.get(rung, False):
             return "no alive node can host it"
         if self._running.get(rung, 0) == 0:
@@ -378,6 +376,7 @@ class RouterState:
                 "standby_replicas": self._standby[rung.name] if rung.is_compute else None,
                 "down_for_s": round(health.down_for_s(now), 3),
                 "down_reason": health.reason if health.is_down(now) else None,
+                "slow": health.slow and health.is_down(now),
                 "released_by_hook": rung.name in self._held,
                 "going_away": rung.name in self._going,
                 "streak": default.streak(rung.name) if rung.name in default.eligible else 0,

@@ -11,12 +11,18 @@ only acts, or tenacity's ``iter()`` answers ``DoAttempt`` / ``DoSleep`` from a c
 2. a compute rung: :class:`Try` it;
 3. a cache rung: look the request up (:class:`FromCache`); a miss is per request, not a
    ladder move: the walk goes on below it;
+   ...unless the request has a latency target and the rung is expected to miss it
+   (``RequestView.expected_s``: its queue and service time), or it has no free place
+   and the request could not wait in its queue and still fall back to the rung below
+   in time (:data:`RESERVE`): it *spills* (:class:`Spill`, an attempt with cause
+   ``busy``) and the walk goes on below;
 4. only the shed rung or nothing is left, but a compute rung of the request can come back
    without new capacity (its node is alive; its replica restarts or its failure cooldown
    runs): :class:`Wait` for the next probe, until ``pending_timeout_s`` after the request
    arrived (as Serve queues a request for a replica); after the wait, rungs that failed
    the request may be tried again;
-5. else the shed rung answers (:class:`Shed`, a 503 with ``Retry-After``) or, with no
+5. else (and at once when a rung spilled the request: waiting cannot meet its target)
+   the shed rung answers (:class:`Shed`, a 503 with ``Retry-After``) or, with no
    shed rung left, the ladder is :class:`Exhausted`.
 
 Every attempt that did not answer is kept with its cause (:class:`~ray_ladder.Attempt`),
@@ -38,6 +44,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -47,8 +54,13 @@ from ray_ladder.core.spec import Ladder
 
 if TYPE_CHECKING:
     from ray_ladder.core.selector import Selector
+    from ray_ladder.serve.load import LoadBook
     from ray_ladder.serve.state import RouterState
 
+#: A request that queues on a full rung keeps this many times the next rung's expected
+#: time to fall back there (it leaves the queue then: Serve's handle polls full replicas
+#: with a backoff, so a queue's wait is the least certain part of an estimate).
+RESERVE = 1.5
 NO_RUNG = "no eligible rung is obtainable"
 CACHE_MISS = "no fresh cached answer for this request"
 SHED = "shed: no capacity for this request, try later"
@@ -59,6 +71,15 @@ class Try:
     """Call compute ``rung`` (the JSON route races it, a stream reads its pieces)."""
 
     rung: str
+
+
+@dataclass(frozen=True, slots=True)
+class Spill:
+    """Compute ``rung`` is expected to answer in ``expected_s``, past the request's
+    target: the request goes below instead (never returned by :meth:`Walk.next_step`)."""
+
+    rung: str
+    expected_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +108,7 @@ class Exhausted:
     """No eligible rung is left to try: the ladder refuses the request."""
 
 
-Step = Try | FromCache | Wait | Shed | Exhausted
+Step = Try | Spill | FromCache | Wait | Shed | Exhausted
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,10 +119,16 @@ class Facts:
         next_rung: The rung :func:`next_rung` names for what the walk excludes.
         can_come_back: Whether an eligible compute rung can come back without new
             capacity (``RouterState.can_come_back``).
+        expected_s: Seconds until ``next_rung`` would answer (or send its first piece),
+            when the request has a target and ``next_rung`` is a compute rung.
+        reserve_s: Seconds a request queued on ``next_rung`` must keep to fall back
+            below (0 when it has a free place or nothing is below).
     """
 
     next_rung: str | None
     can_come_back: bool
+    expected_s: float | None = None
+    reserve_s: float = 0.0
 
 
 class LadderView(Protocol):
@@ -113,6 +140,8 @@ class LadderView(Protocol):
     def eligible(self) -> Sequence[str]: ...
     def best_compute(self, exclude: set[str]) -> str | None: ...
     def can_come_back(self) -> bool: ...
+    def expected_s(self, rung: str, kind: str, now: float) -> float: ...
+    def has_place(self, rung: str) -> bool: ...
 
 
 class RequestView:
@@ -121,13 +150,16 @@ class RequestView:
     Args:
         state: The router's state.
         selector: The selector for the request's constraints.
+        book: The rungs' load (``None``: every rung is expected to answer at once).
     """
 
-    __slots__ = ("_selector", "_state")
+    __slots__ = ("_book", "_selector", "_state")
 
-    def __init__(self, state: RouterState, selector: Selector) -> None:
+    def __init__(self, state: RouterState, selector: Selector,
+                 book: LoadBook | None = None) -> None:
         self._state = state
         self._selector = selector
+        self._book = book
 
     @property
     def current(self) -> str | None:
@@ -146,6 +178,17 @@ class RequestView:
     def can_come_back(self) -> bool:
         """Whether an eligible compute rung can come back without new capacity."""
         return self._state.can_come_back(self._selector)
+
+    def expected_s(self, rung: str, kind: str, now: float) -> float:
+        """Seconds until a new request's answer (``kind`` ``answer``) or first piece
+        (``first``) on ``rung``, from its queue and service time."""
+        if self._book is None:
+            return 0.0
+        return self._book.expected_s(rung, self._state.replicas(rung), now, kind)
+
+    def has_place(self, rung: str) -> bool:
+        """Whether ``rung`` has a free place (a request sent now is taken at once)."""
+        return self._book is None or self._book.has_place(rung, self._state.replicas(rung))
 
     def has_other_compute(self, rung: str, tried: Iterable[str] = ()) -> bool:
         """Whether an eligible compute rung other than ``rung`` and those in ``tried``
@@ -179,6 +222,9 @@ class Walk:
             to come back (arrival + ``pending_timeout_s``).
         never: Rungs this request never takes (compute rungs that do not generate text,
             for a stream).
+        target_at: The walk's clock time by which the request should be answered (or
+            its first piece sent, ``kind`` ``first``); ``None``: no latency target.
+        kind: ``answer`` (a whole answer) or ``first`` (a stream's first piece).
 
     Example:
         >>> walk = Walk(ladder, give_up_at=5.0)  # doctest: +SKIP
@@ -189,24 +235,53 @@ class Walk:
     ladder: Ladder
     give_up_at: float
     never: frozenset[str] = frozenset()
+    target_at: float | None = None
+    kind: str = "answer"
     tried: set[str] = field(default_factory=set)
     attempts: list[Attempt] = field(default_factory=list)
     waits: int = 0
+    #: Least seconds a spilled rung would have been late by (sizes ``Retry-After``).
+    late_by_s: float | None = None
+    #: The rungs the request spilled past, in order.
+    spills: list[str] = field(default_factory=list)
+    #: When a request queued on the rung it tries leaves that queue to fall back in time.
+    leave_at: float | None = None
 
     @property
     def excluded(self) -> set[str]:
         """Rungs the next step may not pick: tried ones and those never taken."""
         return self.tried | self.never
 
-    def facts(self, view: LadderView) -> Facts:
-        """Read what :func:`decide` needs from ``view``."""
-        return Facts(next_rung(self.ladder, view, self.excluded), view.can_come_back())
+    @property
+    def spilled(self) -> bool:
+        """Whether a rung was passed over because it would miss the target."""
+        return self.late_by_s is not None
+
+    def facts(self, view: LadderView, now: float) -> Facts:
+        """Read what :func:`decide` needs from ``view`` at ``now``."""
+        name = next_rung(self.ladder, view, self.excluded)
+        if self.target_at is None or name is None or not self.ladder.rung(name).is_compute:
+            return Facts(name, view.can_come_back())
+        reserve = 0.0
+        if not view.has_place(name):
+            below = view.best_compute(self.excluded | {name})
+            reserve = 0.0 if below is None else RESERVE * view.expected_s(below, self.kind,
+                                                                          now)
+        return Facts(name, view.can_come_back(), view.expected_s(name, self.kind, now),
+                     reserve)
 
     def next_step(self, view: LadderView, now: float) -> Step:
-        """Decide the next step from ``view`` at ``now`` and record it."""
-        step = decide(self, self.facts(view), now)
-        self.record(step, now)
-        return step
+        """Decide the next step from ``view`` at ``now`` and record it (rungs that
+        would miss the target are spilled over and recorded on the way)."""
+        while True:
+            facts = self.facts(view, now)
+            step = decide(self, facts, now)
+            self.record(step, now)
+            if isinstance(step, Try):
+                self.leave_at = None if not facts.reserve_s or self.target_at is None \
+                    else self.target_at - facts.reserve_s
+            if not isinstance(step, Spill):
+                return step
 
     def record(self, step: Step, now: float) -> None:
         """Note what ``step`` does to the walk (a rung entered, a wait, the shed answer)."""
@@ -215,6 +290,13 @@ class Walk:
             self.tried.clear()  # what failed before may be back: ask again
         elif isinstance(step, (Try, FromCache)):
             self.tried.add(step.rung)
+        elif isinstance(step, Spill):
+            self.tried.add(step.rung)
+            self.spills.append(step.rung)
+            late = now + step.expected_s - (self.target_at or now)
+            self.late_by_s = late if self.late_by_s is None else min(self.late_by_s, late)
+            self.attempts.append(Attempt(step.rung, spill_reason(step.expected_s), now,
+                                         cause="busy"))
         elif isinstance(step, Shed):
             self.tried.add(step.rung)
             self.attempts.append(Attempt(step.rung, SHED, now, cause="shed"))
@@ -235,20 +317,41 @@ class Walk:
         self.attempts.append(Attempt(rung, CACHE_MISS, now, cause="cache_miss"))
 
     def refusal(self, retry_after_s: float) -> LadderExhaustedError:
-        """The error a refused request raises: every attempt, and when to come back."""
+        """The error a refused request raises: every attempt, and when to come back
+        (``retry_after_s``, or after a spill how late the least busy rung would have
+        been: its queue should have drained that much by then; at least 1 s)."""
+        late = self.late_by_s
+        if late is not None and math.isfinite(late):
+            retry_after_s = max(1.0, float(math.ceil(late)))
         return LadderExhaustedError(self.ladder.name, list(self.attempts), retry_after_s)
 
 
+def spill_reason(expected: float) -> str:
+    """The attempt's reason when a rung was passed over for the request's target."""
+    when = "no place soon" if math.isinf(expected) else f"about {expected:.2f}s"
+    return f"would answer in {when}, past the request's latency target (spilled below)"
+
+
 def decide(walk: Walk, facts: Facts, now: float) -> Step:
-    """The next step of ``walk`` (rules 2-5 of the module doc; rule 1 is in ``facts``)."""
+    """The next step of ``walk`` (rules 2-5 of the module doc; rule 1 is in ``facts``).
+
+    Example:
+        >>> lad = Ladder.from_dict({"name": "w", "rungs": [{"name": "h100", "num_gpus": 1}]})
+        >>> walk = Walk(lad, give_up_at=10.0, target_at=1.0)
+        >>> decide(walk, Facts("h100", True, expected_s=1.5), now=0.0)
+        Spill(rung='h100', expected_s=1.5)
+    """
     name = facts.next_rung
     kind = walk.ladder.rung(name).kind if name is not None else None
     if name is None or kind == "shed":
-        if now < walk.give_up_at and facts.can_come_back:
+        if now < walk.give_up_at and facts.can_come_back and not walk.spilled:
             return Wait(walk.give_up_at)
         return Exhausted() if name is None else Shed(name)
     if kind == "cache":
         return FromCache(name)
+    if facts.expected_s is not None and walk.target_at is not None \
+            and now + facts.expected_s + facts.reserve_s > walk.target_at:
+        return Spill(name, facts.expected_s)
     return Try(name)
 
 

@@ -19,12 +19,15 @@ from typing import Any
 
 from ray_ladder.cluster.grants import BudgetHold, budget_rungs
 from ray_ladder.core.constraints import Constraints
+from ray_ladder.core.events import TransitionEvent
 from ray_ladder.core.exceptions import BudgetExhaustedError, LadderExhaustedError
+from ray_ladder.core.latency import LatencyTargets
 from ray_ladder.core.spec import Ladder
 from ray_ladder.serve import http
 from ray_ladder.serve.cache import AnswerCache, payload_key
 from ray_ladder.serve.errors import RungFailed, RungFull
 from ray_ladder.serve.hedge import Caller, Race
+from ray_ladder.serve.load import LoadBook
 from ray_ladder.serve.metrics import LadderMetrics
 from ray_ladder.serve.result import LadderResult
 from ray_ladder.serve.state import RouterState
@@ -49,6 +52,8 @@ class Walker:
             request bound for a priced rung waits (``queue``) or is refused with
             :class:`~ray_ladder.BudgetExhaustedError` (``reject``); ``demote`` is the
             capacity view's (docs/teams.md, "Budgets").
+        book: The rungs' load (``serve/load.py``): a request with a latency target
+            spills past a rung expected to miss it; ``None``: targets are not held.
     """
 
     def __init__(self, state: RouterState, caller: Caller, metrics: LadderMetrics, *,
@@ -56,7 +61,8 @@ class Walker:
                  spawn: Callable[[Coroutine[Any, Any, Any]], None],
                  clock: Callable[[], float] = time.time,
                  llm_rungs: frozenset[str] = frozenset(),
-                 budget: Callable[[], BudgetHold | None] | None = None) -> None:
+                 budget: Callable[[], BudgetHold | None] | None = None,
+                 book: LoadBook | None = None) -> None:
         self.ladder: Ladder = state.ladder
         self.llm_rungs = llm_rungs
         self.router_state = state
@@ -66,6 +72,7 @@ class Walker:
         self._probed = probed
         self._clock = clock
         self._budget = budget
+        self.book = book
         self._costs = {r.name: r.cost_per_hour for r in self.ladder.rungs}
         self._race = Race(caller, is_warm=state.is_warm, failed=self.mark_failed,
                           hedged=metrics.hedged, spawn=spawn, clock=clock)
@@ -86,14 +93,31 @@ class Walker:
         self._metrics.decision(decision)
         logger.warning("rung %s failed a request (%s); marked down", rung, failed.reason)
 
+    def mark_slow(self, rung: str, reason: str, until: float, now: float) -> None:
+        """The load book found ``rung`` slow: the selectors fall off it until ``until``."""
+        decision = self._state.mark_slow(rung, reason, until, now)
+        self._metrics.slow(rung, TransitionEvent(now, self.ladder.name, rung, None, None,
+                                                 f"{rung} is slow: {reason}", kind="call",
+                                                 cause="slow"))
+        self._metrics.decision(decision)
+        logger.warning("rung %s is slow (%s); retried in %.1fs", rung, reason, until - now)
+
     def start_walk(self, constraints: Constraints | None,
-                   never: frozenset[str] = frozenset()) -> tuple[Walk, RequestView]:
-        """A new request's walk and its view of the ladder."""
+                   never: frozenset[str] = frozenset(), *, target_s: float | None = None,
+                   kind: str = "answer") -> tuple[Walk, RequestView]:
+        """A new request's walk and its view of the ladder; with ``target_s`` (seconds
+        to its answer, ``kind`` ``answer``, or first piece, ``first``) it spills past
+        rungs expected to miss it and waits at most that long for one to take it."""
         now = self._clock()
         selector = self._state.selector(constraints, now)
-        walk = Walk(self.ladder, give_up_at=now + self.ladder.policy.pending_timeout_s,
-                    never=never)
-        return walk, RequestView(self._state, selector)
+        wait_s = self.ladder.policy.pending_timeout_s
+        if target_s is not None and self.book is not None:
+            wait_s = min(wait_s, target_s)
+        else:
+            target_s = None
+        walk = Walk(self.ladder, give_up_at=now + wait_s, never=never,
+                    target_at=None if target_s is None else now + target_s, kind=kind)
+        return walk, RequestView(self._state, selector, self.book)
 
     def next_step(self, walk: Walk, view: RequestView) -> Step:
         """The walk's next step at the router's clock (a spent ``queue`` budget turns a
@@ -104,7 +128,10 @@ class Walker:
             LadderExhaustedError: a queued request reached its deadline.
         """
         now = self._clock()
+        spilled = len(walk.spills)
         step = walk.next_step(view, now)
+        for rung in walk.spills[spilled:]:
+            self._metrics.spilled(rung)
         hold = self._budget() if self._budget is not None else None
         if hold is None or hold.action == "demote" or not isinstance(step, Try) \
                 or not budget_rungs(hold.action, self._costs, [step.rung], {}):
@@ -168,19 +195,23 @@ class Walker:
         if self._cache is not None and key is not None:
             self._cache.put(key, constraints, value, self.ladder.rung(rung), self._clock())
 
-    async def answer(self, payload: Any, constraints: Constraints | None) -> LadderResult:
+    async def answer(self, payload: Any, constraints: Constraints | None,
+                     targets: LatencyTargets | None = None) -> LadderResult:
         """Answer ``payload`` from the best rung that can; raise when none can.
 
         The walk (:mod:`ray_ladder.serve.walk`) names each step: a compute rung is raced
         (a copy goes to the next rung when it is slow to take the request); a rung that
         fails it is marked down and the walk goes on; the cache rung answers when it has
         a fresh answer; with only the shed rung or nothing left but a compute rung that
-        can come back, the request waits for it up to ``pending_timeout_s``.
+        can come back, the request waits for it up to ``pending_timeout_s``. With a
+        whole-answer target (``targets.answer_s``) a rung expected to miss it is passed
+        over, and the shed rung answers at once when every rung would.
 
         Raises:
             LadderExhaustedError: shed, or every eligible rung is gone (every attempt).
         """
-        walk, view = self.start_walk(constraints)
+        walk, view = self.start_walk(constraints, target_s=targets.answer_s
+                                     if targets is not None else None)
         key = payload_key(payload) if self._cache is not None else None
         while True:
             step = self.next_step(walk, view)

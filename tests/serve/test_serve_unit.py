@@ -13,6 +13,7 @@ from ray_ladder.serve import http
 from ray_ladder.serve.cache import AnswerCache, payload_key
 from ray_ladder.serve.result import LadderResult
 from ray_ladder.serve.state import RECENT_USE_S, RouterState, standby_replicas
+from ray_ladder.serve.walk import RequestView
 
 LADDER = Ladder.from_yaml("""
 name: unit
@@ -430,9 +431,10 @@ def test_app_builder_validates_its_args(tmp_path):
 def test_other_compute_rung_is_what_a_timeout_may_fall_to():
     state = _state()
     state.observe({"h100": 1, "a100": 1, "l4": 0}, {**ALL_UP, "l4": False}, now=0)
-    everyone, eu = state.selector(None, 0), state.selector(EU, 0)
-    assert state.has_other_compute(everyone, "h100")  # a100
-    assert not state.has_other_compute(eu, "a100")  # l4 has no node: only cache is left
+    everyone = RequestView(state, state.selector(None, 0))
+    eu = RequestView(state, state.selector(EU, 0))
+    assert everyone.has_other_compute("h100")  # a100
+    assert not eu.has_other_compute("a100")  # l4 has no node: only cache is left
 
 
 def test_hedge_target_is_the_best_other_obtainable_compute_rung():

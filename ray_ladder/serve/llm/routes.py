@@ -40,6 +40,7 @@ class Router(Protocol):
     def router_state(self) -> Any: ...
     @property
     def cache(self) -> Any: ...
+    def targets_for(self, request: Any) -> Any: ...
 
 
 def route_of(path: str) -> str | None:
@@ -97,15 +98,18 @@ def _route(router: Router, request: Any) -> tuple[Any, Literal["chat", "completi
     return None, kind
 
 
-async def _read(router: Router, request: Any, max_body_bytes: int) -> tuple[Any, Any, Any]:
-    """``(error response or None, constraints, body)`` of a POST."""
+async def _read(router: Router, request: Any,
+                max_body_bytes: int) -> tuple[Any, Any, Any, Any]:
+    """``(error response or None, constraints, latency targets, body)`` of a POST."""
     try:
         constraints = router.bindings.from_headers(request.headers, relative_path(request))
+        targets = router.targets_for(request)
         http.check_length(request.headers.get("content-length"), max_body_bytes)
         body = http.parse_body(await request.body(), max_body_bytes)
     except http.HttpError as err:
-        return _error(OpenAIError(err.status, err.message, headers=err.headers)), None, None
-    return None, constraints, body
+        return (_error(OpenAIError(err.status, err.message, headers=err.headers)), None,
+                None, None)
+    return None, constraints, targets, body
 
 
 async def _first(pieces: AsyncIterator[Piece], degraded: float) -> tuple[Any, Piece | None]:
@@ -134,7 +138,7 @@ async def handle(router: Router, request: Any, max_body_bytes: int) -> Any:
     ladder = router.ladder
     if kind is None:
         return JSONResponse(models_list(ladder))
-    refused, constraints, body = await _read(router, request, max_body_bytes)
+    refused, constraints, targets, body = await _read(router, request, max_body_bytes)
     if refused is not None:
         return refused
     try:
@@ -146,7 +150,8 @@ async def handle(router: Router, request: Any, max_body_bytes: int) -> Any:
     record = StreamRecord()
     key = payload_key({"kind": kind, **body, "stream": False, "stream_options": None}) \
         if router.cache is not None else None
-    pieces = StreamDriver(router.walker).run(gen, constraints, record, key)
+    pieces = StreamDriver(router.walker).run(gen, constraints, record, key,
+                                             targets=targets, stream=bool(req.stream))
     refused, first = await _first(pieces, degraded)
     if refused is not None:
         return refused

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ray_ladder.cluster.event_log import log_event
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.events import TransitionEvent
+from ray_ladder.core.latency import LatencyTargets
 from ray_ladder.serve.errors import RungFailed
 from ray_ladder.serve.llm.protocol import GenerationRequest, first_stop
 from ray_ladder.serve.llm.responses import StreamRecord
@@ -71,8 +72,12 @@ class StreamDriver:
         self.router = router
 
     async def run(self, request: GenerationRequest, constraints: Constraints | None,
-                  record: StreamRecord, cache_key: Any = None) -> AsyncIterator[Piece]:
-        """The pieces of the answer, from as many rungs as it takes.
+                  record: StreamRecord, cache_key: Any = None, *,
+                  targets: LatencyTargets | None = None,
+                  stream: bool = True) -> AsyncIterator[Piece]:
+        """The pieces of the answer, from as many rungs as it takes. With ``targets``
+        the first piece of a ``stream`` (else the whole answer) is held to its target:
+        a rung expected to miss it is passed over (``serve/walk.py``).
 
         Raises:
             LadderExhaustedError: before the first piece, when no eligible rung can start
@@ -83,7 +88,10 @@ class StreamDriver:
         # Compute rungs whose class does not generate text never take a stream.
         never = frozenset(r.name for r in router.ladder.rungs
                           if r.is_compute and r.name not in router.llm_rungs)
-        walk, view = router.start_walk(constraints, never)
+        target_s = None if targets is None else \
+            targets.ttft_s if stream else targets.answer_s
+        walk, view = router.start_walk(constraints, never, target_s=target_s,
+                                       kind="first" if stream else "answer")
         move = _Move()
         while True:
             step = router.next_step(walk, view)

@@ -1,0 +1,279 @@
+"""What each rung's queue and replicas look like to the router, and whether a new request
+would meet its target there (pure: counts and a clock in, estimates out).
+
+The router counts the requests it has in flight on each rung (it is the rungs' only
+caller) and times each answer from the moment a replica took it, so a rung's *service
+time* leaves its queue out. A new request on a rung with ``slots`` places (RUNNING
+replicas x ``max_ongoing_requests``) and ``in_flight`` requests on it has
+``ahead = max(0, in_flight - slots + 1)`` requests to wait for: each costs the wait per
+place the router measured for requests that queued there (Serve's handle polls a full
+replica with a backoff of up to 0.5 s, so a queue drains slower than its service time
+says), or ``service / slots`` before any queued; then its own service time
+(:func:`expected_s`). With no answer timed yet a rung is expected to meet any target
+while it has a free place, and to miss it otherwise.
+
+A rung whose service time alone breaks the ladder's target for ``slow_after_s`` without
+a break is *slow* (:class:`SlowState`): the book tells the router (``on_slow``), whose
+selectors count it unobtainable until its retry (the ladder falls at once, cause
+``slow``). The retry delay starts at ``slow_after_s`` and doubles while the rung stays
+slow (at most 8x); at the retry its estimate is forgotten, the selectors climb back to
+it with their hysteresis, and its first answers decide (one over target makes it slow
+again at once).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from ray_ladder.core.backoff import Backoff, FailureStreak
+
+#: Weight of the newest answer in a rung's service-time average.
+ALPHA = 0.3
+#: The longest retry delay of a slow rung, in multiples of ``slow_after_s``.
+SLOW_RETRY_CAP = 8.0
+
+
+def expected_s(in_flight: int, slots: int, service_s: float | None,
+               first_s: float | None = None, per_place_s: float | None = None) -> float:
+    """Seconds until a new request's answer (``first_s`` given: its first piece) on a
+    rung with ``slots`` places and ``in_flight`` requests on it (``per_place_s``: the
+    measured wait per request ahead); ``math.inf`` when it has no place, or no estimate
+    and no free place.
+
+    Example:
+        >>> expected_s(0, 2, 0.2)            # a free place: its own service time
+        0.2
+        >>> round(expected_s(5, 2, 0.2), 3)  # 4 ahead of it on 2 places: 2 rounds first
+        0.6
+        >>> expected_s(1, 2, None), expected_s(2, 2, None)
+        (0.0, inf)
+    """
+    if slots <= 0:
+        return math.inf
+    ahead = max(0, in_flight - slots + 1)
+    own = first_s if first_s is not None else service_s
+    if service_s is None:
+        return 0.0 if ahead == 0 else math.inf
+    per_place = per_place_s if per_place_s is not None else service_s / slots
+    return ahead * per_place + (own if own is not None else service_s)
+
+
+@dataclass(frozen=True, slots=True)
+class SlowState:
+    """Whether a rung is slow, from its timed answers.
+
+    Attributes:
+        breach_since: When the current run of answers over target began (``None``: the
+            last answer met it).
+        slow_since: When it was found slow (``None``: not slow).
+        retry_at: When a slow rung is tried again.
+        streak: Slow spells, each found within one retry delay of the last retry.
+        reason: Why it is slow (a sentence for ``GET /-/ladder`` and events).
+    """
+
+    breach_since: float | None = None
+    slow_since: float | None = None
+    retry_at: float = -math.inf
+    streak: FailureStreak = FailureStreak()
+    reason: str | None = None
+
+    def is_slow(self, now: float) -> bool:
+        """Slow and not yet due for a retry."""
+        return self.slow_since is not None and now < self.retry_at
+
+    def on_trial(self, now: float) -> bool:
+        """Found slow and past its retry delay: its next answers decide."""
+        return self.slow_since is not None and now >= self.retry_at
+
+    def answered(self, service_s: float, target_s: float, now: float, slow_after_s: float,
+                 backoff: Backoff) -> SlowState:
+        """One answer took ``service_s`` against ``target_s`` at ``now``.
+
+        Example:
+            >>> b = Backoff(base_s=10.0, cap_s=80.0)
+            >>> s = SlowState().answered(2.0, 1.0, 0.0, 10.0, b)
+            >>> s.answered(2.0, 1.0, 10.0, 10.0, b).is_slow(10.0)
+            True
+            >>> s.answered(0.5, 1.0, 5.0, 10.0, b).breach_since is None
+            True
+        """
+        if service_s <= target_s:
+            return SlowState(streak=self.streak)  # met: neither breaching nor slow
+        since = self.breach_since if self.breach_since is not None else now
+        if self.on_trial(now) or (self.slow_since is None and now - since >= slow_after_s):
+            return self._found(since, service_s, target_s, now, backoff)
+        return replace(self, breach_since=since)
+
+    def reviewed(self, estimate_s: float | None, target_s: float, now: float,
+                 slow_after_s: float, backoff: Backoff) -> SlowState:
+        """No answer came, but the rung's estimate still breaks ``target_s`` at ``now``
+        (requests spill past it, so none comes): slow once that lasted ``slow_after_s``.
+
+        Example:
+            >>> b = Backoff(base_s=10.0, cap_s=80.0)
+            >>> s = SlowState().answered(2.0, 1.0, 0.0, 10.0, b)
+            >>> s.reviewed(2.0, 1.0, 9.0, 10.0, b).is_slow(9.0)
+            False
+            >>> s.reviewed(2.0, 1.0, 10.0, 10.0, b).is_slow(10.0)
+            True
+        """
+        since = self.breach_since
+        if since is None or self.slow_since is not None or estimate_s is None \
+                or estimate_s <= target_s or now - since < slow_after_s:
+            return self
+        return self._found(since, estimate_s, target_s, now, backoff)
+
+    def _found(self, since: float, took_s: float, target_s: float, now: float,
+               backoff: Backoff) -> SlowState:
+        streak = self.streak.after_failure(now, backoff)
+        reason = (f"its replicas took {took_s:.2f}s against the {target_s:g}s target "
+                  f"(queue left out) for {now - since:.1f}s")
+        return SlowState(since, now, now + streak.cooldown_s, streak, reason)
+
+
+@dataclass(slots=True)
+class RungLoad:
+    """One rung's load as the router sees it.
+
+    Attributes:
+        in_flight: Requests (and streams) the router has on it now.
+        service_s: Average seconds from a replica taking a request to its end.
+        first_s: Average seconds from a replica taking a stream to its first piece.
+        per_place_s: Average wait for a replica per request ahead, of requests that
+            queued (``None``: none queued yet).
+        slots: Its places at the last estimate (RUNNING replicas x max ongoing).
+        slow: Its slow state.
+    """
+
+    in_flight: int = 0
+    service_s: float | None = None
+    first_s: float | None = None
+    per_place_s: float | None = None
+    slots: int = 0
+    slow: SlowState = field(default_factory=SlowState)
+    #: The retry of the current slow spell has begun (its old estimate is forgotten).
+    retrying: bool = False
+
+
+def _average(old: float | None, sample: float) -> float:
+    return sample if old is None else old + ALPHA * (sample - old)
+
+
+class LoadBook:
+    """Every compute rung's :class:`RungLoad`, kept by the router's calls.
+
+    Args:
+        slots_per_replica: Rung -> ``max_ongoing_requests`` of its deployment.
+        answer_s: The ladder's whole-answer target (``None``: none), the bar of ``slow``.
+        ttft_s: The ladder's first-token target (``None``: none), the bar of ``slow``.
+        slow_after_s: How long a rung breaks the target before it is slow.
+        on_slow: Called with ``(rung, reason, retry_at, now)`` when a rung is found slow.
+
+    Example:
+        >>> book = LoadBook({"h100": 2}, answer_s=1.0, ttft_s=None, slow_after_s=10.0)
+        >>> book.sent("h100"), book.answered("h100", 0.2, now=0.0)
+        (0, None)
+        >>> book.expected_s("h100", replicas=1, now=0.0, kind="answer")
+        0.2
+    """
+
+    def __init__(self, slots_per_replica: dict[str, int], *, answer_s: float | None,
+                 ttft_s: float | None, slow_after_s: float,
+                 on_slow: Callable[[str, str, float, float], None] | None = None) -> None:
+        self._slots = dict(slots_per_replica)
+        self.rungs = {name: RungLoad() for name in slots_per_replica}
+        self._targets = {"answer": answer_s, "first": ttft_s}
+        self.slow_after_s = slow_after_s
+        self._on_slow = on_slow
+        self._backoff = Backoff(base_s=slow_after_s, cap_s=SLOW_RETRY_CAP * slow_after_s)
+
+    def sent(self, rung: str) -> int:
+        """A request (or stream) went to ``rung``; returns how many it has ahead."""
+        load = self.rungs[rung]
+        ahead = max(0, load.in_flight - load.slots + 1) if load.slots else 0
+        load.in_flight += 1
+        return ahead
+
+    def taken(self, rung: str, wait_s: float, ahead: int) -> None:
+        """A replica of ``rung`` took a request ``wait_s`` after it was sent with
+        ``ahead`` requests ahead of it (:meth:`sent`)."""
+        if ahead > 0:
+            load = self.rungs[rung]
+            load.per_place_s = _average(load.per_place_s, wait_s / ahead)
+
+    def ended(self, rung: str) -> None:
+        """A request (or stream) on ``rung`` ended, answered or not."""
+        load = self.rungs[rung]
+        load.in_flight = max(0, load.in_flight - 1)
+
+    def answered(self, rung: str, service_s: float, now: float) -> None:
+        """A replica of ``rung`` answered ``service_s`` seconds after it took a request."""
+        load = self.rungs[rung]
+        load.service_s = _average(load.service_s, service_s)
+        self._judge(rung, load, self._targets["answer"], service_s, now)
+
+    def first_piece(self, rung: str, first_s: float, now: float) -> None:
+        """A replica of ``rung`` sent a stream's first piece ``first_s`` after taking it."""
+        load = self.rungs[rung]
+        load.first_s = _average(load.first_s, first_s)
+        self._judge(rung, load, self._targets["first"], first_s, now)
+
+    def stream_ended(self, rung: str, service_s: float) -> None:
+        """A stream on ``rung`` ended ``service_s`` after a replica took it (the time it
+        held its place, which the queue's estimate needs)."""
+        load = self.rungs[rung]
+        load.service_s = _average(load.service_s, service_s)
+
+    def _judge(self, rung: str, load: RungLoad, target: float | None, sample: float,
+               now: float) -> None:
+        if target is None:
+            return
+        self._note(rung, load, load.slow.answered(sample, target, now, self.slow_after_s,
+                                                  self._backoff), now)
+
+    def _review(self, rung: str, load: RungLoad, kind: str, now: float) -> None:
+        """Between answers: a rung whose estimate stays over the target is slow too."""
+        target = self._targets[kind]
+        if target is not None:
+            estimate = load.first_s if kind == "first" else load.service_s
+            self._note(rung, load, load.slow.reviewed(estimate, target, now,
+                                                      self.slow_after_s, self._backoff), now)
+
+    def _note(self, rung: str, load: RungLoad, after: SlowState, now: float) -> None:
+        before = load.slow
+        load.slow = after
+        if after.slow_since is not None and after.slow_since != before.slow_since:
+            load.retrying = False
+            if self._on_slow is not None and after.reason is not None:
+                self._on_slow(rung, after.reason, after.retry_at, now)
+
+    def _retry_if_due(self, load: RungLoad, now: float) -> None:
+        """A slow rung past its retry delay: forget its estimate (its answers decide)."""
+        if load.slow.on_trial(now) and not load.retrying:
+            load.retrying = True
+            load.service_s = load.first_s = load.per_place_s = None
+
+    def expected_s(self, rung: str, replicas: int, now: float, kind: str) -> float:
+        """Seconds until a new request's answer (``kind`` ``answer``) or first piece
+        (``first``) on ``rung`` with ``replicas`` RUNNING replicas (:func:`expected_s`)."""
+        load = self.rungs[rung]
+        self._retry_if_due(load, now)
+        self._review(rung, load, kind, now)
+        load.slots = slots = replicas * self._slots[rung]
+        first = load.first_s if kind == "first" else None
+        return expected_s(load.in_flight, slots, load.service_s, first, load.per_place_s)
+
+    def has_place(self, rung: str, replicas: int) -> bool:
+        """Whether ``rung`` with ``replicas`` RUNNING replicas has a free place."""
+        return self.rungs[rung].in_flight < replicas * self._slots[rung]
+
+    def snapshot(self, rung: str, now: float) -> dict[str, object]:
+        """JSON-ready load of ``rung`` for ``GET /-/ladder``."""
+        load = self.rungs[rung]
+        return {"in_flight": load.in_flight,
+                "service_s": None if load.service_s is None else round(load.service_s, 4),
+                "first_piece_s": None if load.first_s is None else round(load.first_s, 4),
+                "slow": load.slow.is_slow(now),
+                "slow_reason": load.slow.reason if load.slow.slow_since else None}

@@ -1,0 +1,140 @@
+"""Latency targets on a real LocalCluster over real HTTP: a burst at twice the top rung's
+capacity spills its excess below and keeps the top rung full, a rung made slow is found
+slow and left, and an EU-bound request never spills out of the EU."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import sys
+import time
+
+import cloudpickle
+import httpx
+import pytest
+from ray import serve
+
+from ray_ladder import Ladder
+from ray_ladder.serve import build_app
+from ray_ladder.testing import free_port, open_loop, wait_until
+
+pytestmark = pytest.mark.ray
+
+SERVICE_S = 0.2
+TARGET_S = 1.0
+LADDER = Ladder.from_yaml(f"""
+name: burst
+policy:
+  probe_interval_s: 0.25
+  promotion_hysteresis: 2
+  pending_timeout_s: 30
+  targets: {{answer_s: {TARGET_S}, slow_after_s: 1.5}}
+rungs:
+  - {{name: top, num_cpus: 0, resources: {{ladder/top: 1}}, tags: {{jurisdiction: eu}}}}
+  - {{name: low, num_cpus: 0, resources: {{ladder/low: 1}}, quality: 0.8,
+     standby_replicas: 1, tags: {{jurisdiction: us}}}}
+  - {{name: shed, kind: shed}}
+""")
+SLOW = 180  # generous: the CI machine is small and shared
+
+
+class Work:
+    """``SERVICE_S`` of (non-blocking) work per request, plus the delay in ``delay_file``."""
+
+    def __init__(self, rung, delay_file: str) -> None:
+        self.rung = rung.name
+        self.delay_file = pathlib.Path(delay_file)
+
+    async def __call__(self, payload):
+        extra = float(self.delay_file.read_text() or 0) if self.delay_file.exists() else 0.0
+        await asyncio.sleep(SERVICE_S + extra)
+        return {"rung": self.rung}
+
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(scope="module")
+def app(local_cluster, tmp_path_factory):
+    local_cluster({}, head={"num_cpus": 2, "resources": {"ladder/top": 1, "ladder/low": 1}})
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port}, proxy_location="HeadOnly")
+    delays = tmp_path_factory.mktemp("delays")
+    quick = {"graceful_shutdown_timeout_s": 1.0}
+    serve.run(build_app(LADDER, {"top": Work, "low": Work},
+                        init_kwargs={n: {"delay_file": str(delays / n)} for n in ("top", "low")},
+                        deployment_options={"top": {**quick, "max_ongoing_requests": 2},
+                                            "low": {**quick, "max_ongoing_requests": 8}}),
+              name="burst", route_prefix="/")
+    url = f"http://127.0.0.1:{port}"
+    with httpx.Client(timeout=60) as client:
+        def ready() -> bool:
+            state = client.get(url + "/-/ladder").json()
+            return state["current"] == "top" and all(
+                r["running_replicas"] for r in state["rungs"] if r["kind"] == "compute")
+        wait_until(ready, SLOW, 0.2, "both rungs running, the ladder on top")
+        yield url, client, delays
+    serve.shutdown()
+
+
+def _post(client: httpx.Client, url: str, headers: dict[str, str] | None = None):
+    start = time.monotonic()
+    response = client.post(url + "/", json={}, headers=headers or {})
+    return response.status_code, response.headers.get("x-ladder-rung"), \
+        time.monotonic() - start, response.headers.get("retry-after"), response.text[:600]
+
+
+def _state(client: httpx.Client, url: str) -> dict:
+    return client.get(url + "/-/ladder").json()
+
+
+def test_a_burst_at_twice_the_top_rungs_capacity_spills_its_excess_below(app):
+    url, client, _ = app
+    capacity = 2 / SERVICE_S  # one replica, two requests at once: 10 a second
+    shots = open_loop(lambda i: _post(client, url), rate=2 * capacity, duration_s=6.0)
+    burst_end = time.monotonic()
+    failed = [s for s in shots if s[0] != 200]
+    assert failed == [], [s[4] for s in failed][:2]
+    within = sum(s[2] <= TARGET_S for s in shots) / len(shots)
+    assert within >= 0.99, sorted(s[2] for s in shots)[-5:]
+    top_share = sum(s[1] == "top" for s in shots) / len(shots)
+    assert abs(top_share - 0.5) <= 0.10, top_share  # the top rung kept full, not left
+    spills = _state(client, url)["metrics"]["spills"]
+    assert spills.get("top", 0) >= len(shots) // 4, spills
+    # After the burst, requests are back on top within hysteresis + 1 s (here at once:
+    # a spill moves one request, never the ladder).
+    back = wait_until(lambda: _post(client, url)[1] == "top" and time.monotonic(),
+                      SLOW, 0.05, "a request answered by top again")
+    hysteresis_s = LADDER.policy.promotion_hysteresis * LADDER.policy.probe_interval_s
+    assert back - burst_end <= hysteresis_s + 1.0
+
+
+def test_an_eu_bound_burst_never_spills_out_of_the_eu(app):
+    url, client, _ = app
+    eu = {"X-Ladder-Jurisdiction": "eu"}
+    shots = open_loop(lambda i: _post(client, url, eu), rate=30, duration_s=3.0)
+    assert {s[1] for s in shots} <= {"top", "shed"}
+    shed = [s for s in shots if s[0] == 503]
+    assert shed, "three times the EU rung's capacity: some requests get the shed rung"
+    assert all(s[1] == "shed" and s[3] is not None and s[2] < TARGET_S + 0.5 for s in shed)
+    assert all(s[0] == 200 for s in shots if s[1] == "top")
+
+
+def test_a_rung_made_slow_is_reported_slow_left_and_retried(app):
+    url, client, delays = app
+    (delays / "top").write_text("1.5")  # its replicas now take 1.7 s, the target is 1 s
+    try:
+        def found_slow() -> bool:
+            _post(client, url)
+            return next(r for r in _state(client, url)["rungs"] if r["name"] == "top")["slow"]
+        wait_until(found_slow, SLOW, 0.1, "top found slow")
+        state = _state(client, url)
+        assert state["current"] == "low"
+        assert any(e["cause"] == "slow" and e["from"] == "top" for e in state["events"])
+        assert state["metrics"]["slow"] == {"top": 1}
+        answers = [_post(client, url) for _ in range(5)]
+        assert [a[1] for a in answers] == ["low"] * 5
+    finally:
+        (delays / "top").write_text("0")
+    # Its retry (1.5 s later) finds it fast again: the ladder climbs back, damped.
+    wait_until(lambda: _post(client, url)[1] == "top", SLOW, 0.2, "back on top")
