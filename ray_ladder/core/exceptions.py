@@ -30,11 +30,11 @@ from typing import Literal
 #: (constraints, no text generation), ``no_rung`` nothing eligible was obtainable,
 #: ``budget`` the fleet team's spent budget kept the work off a priced rung (queue,
 #: reject), ``other`` anything else.
-AttemptCause = Literal["timeout", "rung_down", "unobtainable", "busy", "failed", "shed",
-                       "cache_miss", "not_used", "no_rung", "budget", "other"]
-ATTEMPT_CAUSES: tuple[str, ...] = ("timeout", "rung_down", "unobtainable", "busy", "failed",
-                                   "shed", "cache_miss", "not_used", "no_rung", "budget",
-                                   "other")
+AttemptCause = Literal["timeout", "rung_down", "unobtainable", "busy", "late", "failed",
+                       "shed", "cache_miss", "not_used", "no_rung", "budget", "other"]
+ATTEMPT_CAUSES: tuple[str, ...] = ("timeout", "rung_down", "unobtainable", "busy", "late",
+                                   "failed", "shed", "cache_miss", "not_used", "no_rung",
+                                   "budget", "other")
 
 
 class LadderError(Exception):

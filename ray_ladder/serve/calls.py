@@ -8,7 +8,7 @@ from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from typing import Any
 
 from ray_ladder.cluster import ray_private
-from ray_ladder.serve.errors import RungFailed, rung_failure
+from ray_ladder.serve.errors import PieceLate, RungFailed, rung_failure
 from ray_ladder.serve.load import LoadBook
 
 #: Least silence (seconds) after which a rung with a RUNNING replica has failed a request.
@@ -130,15 +130,20 @@ class RungCaller:
         return Pending(rung, task, assigned)
 
     async def stream(self, rung: str, request: Any, *, warm: bool, give_up_s: float | None,
-                     elsewhere: Callable[[], bool] = lambda: True) -> AsyncGenerator[Any, None]:
+                     elsewhere: Callable[[], bool] = lambda: True,
+                     late_s: float | None = None,
+                     may_move: Callable[[], bool] = lambda: False
+                     ) -> AsyncGenerator[Any, None]:
         """Stream ``request`` from ``rung``'s ``ladder_generate``: the pieces, as they come.
 
         Raises :class:`RungFailed` when the rung is lost before or during the stream (its
         replica or node died, the probe saw it go, or no replica took the request within
         :meth:`dead_after`); with ``timeout`` when no replica took it within ``give_up_s``
         while the rung showed no sign of life and ``elsewhere()`` (nothing was generated
-        yet, so the stream can start on another rung instead). Closing the iterator
-        cancels the generation on the replica.
+        yet, so the stream can start on another rung instead). Raises :class:`PieceLate`
+        when a piece after the first is ``late_s`` late and ``may_move()`` (another rung
+        that would not be slower can continue it). Closing the iterator cancels the
+        generation on the replica.
         """
         down = self._down_signal(rung)
         gen = self._streams[rung].remote(request)
@@ -154,7 +159,7 @@ class RungCaller:
             if book is not None:
                 book.taken(rung, taken - sent, ahead)
             first = True
-            async for item in self._pieces(rung, gen, down):
+            async for item in self._pieces(rung, gen, down, late_s, may_move):
                 if first and book is not None:
                     book.first_piece(rung, self._since(taken), self._clock())
                 first = False
@@ -206,14 +211,25 @@ class RungCaller:
                                  "and the rung showed no sign of life meanwhile",
                                  timeout=True)
 
-    async def _pieces(self, rung: str, gen: Any,
-                      down: asyncio.Future[None]) -> AsyncGenerator[Any, None]:
-        """The stream's pieces until it ends; RungFailed when the rung goes or is silent."""
+    async def _pieces(self, rung: str, gen: Any, down: asyncio.Future[None],
+                      late_s: float | None = None,
+                      may_move: Callable[[], bool] = lambda: False
+                      ) -> AsyncGenerator[Any, None]:
+        """The stream's pieces until it ends; RungFailed when the rung goes or is silent,
+        PieceLate when a piece after the first is ``late_s`` late and ``may_move()``."""
         loop = asyncio.get_running_loop()
+        first = True
         while True:
             nxt: asyncio.Future[Any] = asyncio.ensure_future(gen.__anext__())
+            if late_s is not None and not first:
+                done, _ = await asyncio.wait((nxt, down), timeout=late_s,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if not done and may_move():
+                    nxt.cancel()
+                    raise PieceLate(late_s)
             done, _ = await asyncio.wait((nxt, down), timeout=self.request_timeout_s,
                                          return_when=asyncio.FIRST_COMPLETED)
+            first = False
             if nxt not in done:
                 nxt.cancel()
                 if down in done:

@@ -28,6 +28,15 @@ class RungFailed(Exception):
         self.error = error
 
 
+class PieceLate(RungFailed):
+    """A stream's next piece is later than its inter-token target and a rung that would
+    not be slower can take the rest: the stream moves (the rung is not marked down)."""
+
+    def __init__(self, late_s: float) -> None:
+        super().__init__(f"no piece within the {late_s:g}s inter-token target",
+                         timeout=True, cause="late")
+
+
 class RungFull(Exception):
     """No replica of a live rung took the request by the request's deadline (arrival +
     ``pending_timeout_s``): the rung is full, not gone. The request left its queue (nothing

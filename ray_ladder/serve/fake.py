@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ray_ladder.serve.calls import Pending
-from ray_ladder.serve.errors import RungFailed
+from ray_ladder.serve.errors import PieceLate, RungFailed
 
 
 @dataclass
@@ -104,7 +104,9 @@ class FakeRungCaller:
 
     async def stream(self, rung: str, request: Any, *, warm: bool = True,
                      give_up_s: float | None = None,
-                     elsewhere: Callable[[], bool] = lambda: True
+                     elsewhere: Callable[[], bool] = lambda: True,
+                     late_s: float | None = None,
+                     may_move: Callable[[], bool] = lambda: False
                      ) -> AsyncGenerator[Any, None]:
         """Stream ``rung``'s pieces, at most the request's ``max_tokens`` (as a rung
         does), raising :class:`RungFailed` as the real caller does when lost."""
@@ -126,6 +128,9 @@ class FakeRungCaller:
         for i, piece in enumerate(pieces):
             if behaviour.fail_after is not None and i >= behaviour.fail_after:
                 raise RungFailed("rung went down mid-stream")
+            if i and late_s is not None and behaviour.delay_s > late_s and may_move():
+                await asyncio.sleep(late_s)
+                raise PieceLate(late_s)
             await asyncio.sleep(behaviour.delay_s)
             yield piece
 

@@ -172,7 +172,9 @@ class Walker:
         (a timeout: it may be busy), mark it down and move the selectors at once."""
         walk.failed(rung, failed.reason, self._clock(), cause=failed.cause,
                     error=failed.error)
-        if not failed.timeout:
+        if failed.cause == "late":  # a late piece moved a stream: counted, not down
+            self._metrics.attempt_failed(rung, "late")
+        elif not failed.timeout:
             self.mark_failed(rung, failed)
 
     def hedged(self, rung: str) -> None:

@@ -39,6 +39,7 @@ rungs:
 """)
 SLOW = 120
 MAX_BODY = 100_000
+LATE_S = 0.3  # the inter-token target of the /late route
 CHAT = "/v1/chat/completions"
 
 
@@ -51,7 +52,7 @@ def chat(content: str = "count from 0", max_tokens: int = 60, **extra: object) -
 class Stream:
     """One streamed answer as a client saw it."""
 
-    chunks: list[tuple[float, str, str, str | None]] = field(default_factory=list)
+    chunks: list[tuple[float, str, str, str | None, str | None]] = field(default_factory=list)
     status: int = 0
     error: str | None = None
     done: bool = False
@@ -88,7 +89,8 @@ def read_stream(url: str, body: dict, headers: dict | None = None,
                 if choice and choice["delta"].get("content"):
                     ext = chunk["ladder"]
                     out.chunks.append((time.monotonic(), ext["rung"],
-                                       choice["delta"]["content"], ext.get("switched_from")))
+                                       choice["delta"]["content"], ext.get("switched_from"),
+                                       ext.get("switch_reason")))
                 if choice and choice["finish_reason"]:
                     out.finish = choice["finish_reason"]
     except Exception as err:  # the test asserts on it
@@ -125,7 +127,8 @@ def app(local_cluster):
     quick = {"graceful_shutdown_timeout_s": 1.0, "max_ongoing_requests": 64}
     serve.run(build_app(LADDER, {"h100": CounterRung, "a100": CounterRung, "cpu": CounterRung},
                         max_body_bytes=MAX_BODY,
-                        deployment_options=dict.fromkeys(["h100", "a100", "cpu"], quick)),
+                        deployment_options=dict.fromkeys(["h100", "a100", "cpu"], quick),
+                        route_targets={"/late": {"inter_token_s": LATE_S}}),
               name="llm")
     try:
         yield App(cluster, port)
@@ -244,6 +247,45 @@ def test_twenty_streams_survive_the_kill_of_their_node_then_climb_back(healthy):
     # its first request (a stream does not wait for a silent replica); then h100 serves.
     wait_until(lambda: {c[1] for c in read_stream(healthy.url, chat(max_tokens=3)).chunks}
                == {"h100"}, 30, 0.1, "new streams on h100")
+
+
+def run_streams(url: str, n: int, body: dict,
+                headers: dict | None = None) -> tuple[list[Stream], list[threading.Thread]]:
+    streams = [Stream() for _ in range(n)]
+    threads = [threading.Thread(target=read_stream, args=(url, body, headers),
+                                kwargs={"out": s}) for s in streams]
+    for thread in threads:
+        thread.start()
+    return streams, threads
+
+
+def test_a_late_piece_moves_streams_before_ray_reports_their_node_dead(healthy):
+    """The /late route's inter-token target (0.3 s): across a SIGKILL of h100's node the
+    longest pause of any stream is at most the target + a100's time to first token for
+    20 streams starting at once (0.8-1.2 s before, waiting for Ray's report)."""
+    for _ in range(2):  # the second round is a100's warm time to first token
+        started = time.monotonic()
+        firsts, threads = run_streams(healthy.url, 20, chat(max_tokens=1),
+                                      {"X-Ladder-Jurisdiction": "eu"})  # eu: on a100
+        for thread in threads:
+            thread.join(timeout=SLOW)
+    ttft = max(s.chunks[0][0] - started for s in firsts)
+    streams, threads = run_streams(healthy.url + "/late", 20, chat(max_tokens=80))
+    wait_until(lambda: all(len(s.chunks) >= 10 for s in streams), SLOW, 0.05,
+               "every stream under way on h100")
+    healthy.kill("h100")
+    for thread in threads:
+        thread.join(timeout=SLOW)
+    for s in streams:
+        assert s.status == 200 and s.error is None and s.done, (s.error, s.text[-80:])
+        assert s.numbers() == list(range(1, 81)), s.text  # no repeated, no missing piece
+        assert [c[3] for c in s.chunks if c[3]] == ["h100"]  # one move
+    # Each moved because its next piece was late, before Ray reported the node dead.
+    assert all("inter-token" in c[4] for s in streams for c in s.chunks if c[4])
+    gaps = [b[0] - a[0] for s in streams for a, b in zip(s.chunks, s.chunks[1:], strict=False)]
+    print(json.dumps({"max_gap_s": round(max(gaps), 3), "a100_ttft_s": round(ttft, 3)}))
+    assert max(gaps) <= LATE_S + ttft, (max(gaps), ttft)
+    healthy.ensure("h100")
 
 
 def test_an_eu_stream_never_gets_a_token_from_a_non_eu_rung_across_a_fall(healthy):

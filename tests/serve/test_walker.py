@@ -10,12 +10,14 @@ from typing import Any
 import pytest
 
 from ray_ladder import Ladder, LadderExhaustedError
+from ray_ladder.core.latency import LatencyTargets
 from ray_ladder.serve import http
 from ray_ladder.serve.cache import AnswerCache
 from ray_ladder.serve.fake import FakeRung, FakeRungCaller
 from ray_ladder.serve.llm.protocol import GenerationRequest
 from ray_ladder.serve.llm.responses import StreamRecord
 from ray_ladder.serve.llm.streams import StreamDriver, StreamFailed
+from ray_ladder.serve.load import LoadBook
 from ray_ladder.serve.metrics import LadderMetrics
 from ray_ladder.serve.state import RouterState
 from ray_ladder.serve.walker import Walker
@@ -35,7 +37,8 @@ class Rig:
     """A Walker over a FakeRungCaller and a RouterState fed one observation."""
 
     def __init__(self, caller: FakeRungCaller, placeable: dict[str, bool] = UP,
-                 ladder: Ladder = LADDER, cache: AnswerCache | None = None) -> None:
+                 ladder: Ladder = LADDER, cache: AnswerCache | None = None,
+                 book: LoadBook | None = None) -> None:
         self.caller = caller
         self.state = RouterState(ladder, down_cooldown_s=60.0)
         self.state.observe({n: 1 for n, ok in placeable.items() if ok}, placeable, now=0.0)
@@ -44,7 +47,8 @@ class Rig:
         self.probed: asyncio.Future[None] | None = None
         self.walker = Walker(self.state, caller, self.metrics, cache=cache,
                              probed=self._probed, spawn=self._spawn,
-                             llm_rungs=frozenset(r.name for r in ladder.rungs if r.is_compute))
+                             llm_rungs=frozenset(r.name for r in ladder.rungs if r.is_compute),
+                             book=book)
 
     def _probed(self) -> asyncio.Future[None]:
         if self.probed is None:
@@ -63,10 +67,12 @@ class Rig:
                     task.cancel()
         return asyncio.run(go())
 
-    async def stream(self, max_tokens: int = 16) -> tuple[list[tuple[str, str]], StreamRecord]:
+    async def stream(self, max_tokens: int = 16, targets: LatencyTargets | None = None
+                     ) -> tuple[list[tuple[str, str]], StreamRecord]:
         record = StreamRecord()
         pieces = StreamDriver(self.walker).run(
-            GenerationRequest(prompt="hi", max_tokens=max_tokens), None, record)
+            GenerationRequest(prompt="hi", max_tokens=max_tokens), None, record,
+            targets=targets)
         return [(p.rung, p.text) async for p in pieces], record
 
     @property
@@ -265,3 +271,36 @@ def test_a_stream_stops_at_max_tokens_across_a_move() -> None:
     rig = Rig(caller)
     pieces, record = rig.run(lambda: rig.stream(max_tokens=3))
     assert "".join(t for _, t in pieces) == "abx" and record.finish_reason == "length"
+
+
+# --- late pieces (an inter-token target) ------------------------------------------------------
+
+LATE = LatencyTargets(inter_token_s=0.05, ttft_s=1.0)
+
+
+def test_a_late_piece_moves_the_stream_once_and_leaves_its_rung_up() -> None:
+    caller = FakeRungCaller({"h100": FakeRung(delay_s=0.2, pieces=list("abcdef")),
+                             "a100": FakeRung(delay_s=0.2, pieces=list("xyz"))})
+    rig = Rig(caller)
+    pieces, record = rig.run(lambda: rig.stream(targets=LATE))
+    # h100 sends "a", then is late; a100 continues, late too, but the one move is spent.
+    assert pieces == [("h100", "a"), ("a100", "x"), ("a100", "y"), ("a100", "z")]
+    assert record.switches[0]["from"] == "h100" and "inter-token" in \
+        record.switches[0]["reason"]
+    assert not rig.state.is_down("h100", rig.walker.now())  # late is not gone
+
+
+def test_no_move_without_moves_left_or_to_a_rung_that_would_be_slower() -> None:
+    def run(targets: LatencyTargets, book: LoadBook | None = None) -> set[str]:
+        caller = FakeRungCaller({"h100": FakeRung(delay_s=0.1, pieces=list("abc")),
+                                 "a100": None})
+        rig = Rig(caller, book=book)
+        pieces, _ = rig.run(lambda: rig.stream(targets=targets))
+        return {r for r, _ in pieces}
+
+    assert run(LATE.model_copy(update={"late_moves": 0})) == {"h100"}
+    slow_below = LoadBook({"h100": 1, "a100": 1}, answer_s=None, ttft_s=None,
+                          slow_after_s=10.0)
+    slow_below.stream_ended("a100", 5.0)  # a100 holds a place 5 s: its first piece is late
+    assert run(LATE, slow_below) == {"h100"}
+    assert run(LATE) == {"h100", "a100"}

@@ -12,7 +12,7 @@ from ray_ladder.cluster.event_log import log_event
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.events import TransitionEvent
 from ray_ladder.core.latency import LatencyTargets
-from ray_ladder.serve.errors import RungFailed
+from ray_ladder.serve.errors import PieceLate, RungFailed
 from ray_ladder.serve.llm.protocol import GenerationRequest, first_stop
 from ray_ladder.serve.llm.responses import StreamRecord
 from ray_ladder.serve.walk import FromCache, RequestView, Try, Wait, Walk
@@ -51,6 +51,24 @@ class _Move:
         return piece
 
 
+@dataclass
+class _Lateness:
+    """How late pieces may move a stream: the inter-token target (``None``: never), the
+    moves left, and the most a rung it moves to may take to its first piece (so it
+    never moves to a slower one)."""
+
+    late_s: float | None = None
+    moves_left: int = 0
+    bar_s: float = 0.0
+
+    @classmethod
+    def of(cls, targets: LatencyTargets | None, stream: bool) -> _Lateness:
+        if targets is None or not stream or targets.inter_token_s is None:
+            return cls()
+        return cls(targets.inter_token_s, targets.late_moves,
+                   targets.ttft_s or targets.inter_token_s)
+
+
 class StreamDriver:
     """Runs one generation for the router over the request walk (:mod:`~ray_ladder.serve.walk`),
     moving it between rungs when one is lost.
@@ -61,8 +79,11 @@ class StreamDriver:
     generated; the ladder does not move for it; counted as a hedge). If the rung fails
     (node or replica gone, the probe saw it go), it is marked down, the selectors move at
     once, and the stream continues on the rung the walk names next with the text already
-    sent as the new rung's ``continuation``. The walk's wait, cache, shed and exhaustion
-    steps are the JSON route's, counted the same way.
+    sent as the new rung's ``continuation``. With an inter-token target, a piece later
+    than it moves the stream the same way (at most ``late_moves`` times, only to a rung
+    expected to send its first piece within the first-token target; the late rung is not
+    marked down). The walk's wait, cache, shed and exhaustion steps are the JSON route's,
+    counted the same way.
 
     Args:
         router: The request walk's parts.
@@ -70,6 +91,7 @@ class StreamDriver:
 
     def __init__(self, router: Walker) -> None:
         self.router = router
+        self._late = _Lateness()
 
     async def run(self, request: GenerationRequest, constraints: Constraints | None,
                   record: StreamRecord, cache_key: Any = None, *,
@@ -92,6 +114,7 @@ class StreamDriver:
             targets.ttft_s if stream else targets.answer_s
         walk, view = router.start_walk(constraints, never, target_s=target_s,
                                        kind="first" if stream else "answer")
+        self._late = _Lateness.of(targets, stream)
         move = _Move()
         while True:
             step = router.next_step(walk, view)
@@ -116,6 +139,7 @@ class StreamDriver:
                 try:
                     async with contextlib.aclosing(pieces):
                         async for piece in pieces:
+                            walk.target_at = None  # the first token's target is met or gone
                             yield piece
                 except RungFailed as failed:
                     self._lost(walk, step.rung, failed, record, move)
@@ -136,10 +160,13 @@ class StreamDriver:
         """The pieces ``name`` generates for ``rest`` of the answer (raises RungFailed)."""
         caller = self.router.caller
         first_try = not record.text
+        late = self._late
         stream = caller.stream(
             name, rest.to_dict(), warm=self.router.router_state.is_warm(name),
             give_up_s=caller.assign_timeout_s if first_try else None,
-            elsewhere=lambda: view.has_other_compute(name, walk.excluded))
+            elsewhere=lambda: view.has_other_compute(name, walk.excluded),
+            late_s=late.late_s if late.moves_left > 0 else None,
+            may_move=lambda: self._may_move(view, walk, name))
         async for text in stream:
             record.tokens[name] = record.tokens.get(name, 0) + 1
             cut = first_stop(record.text + text, request.stop, len(record.text))
@@ -156,9 +183,18 @@ class StreamDriver:
         record.finish_reason = ("length" if record.completion_tokens >= request.max_tokens
                                 else "stop")
 
+    def _may_move(self, view: RequestView, walk: Walk, name: str) -> bool:
+        """Whether a late stream on ``name`` has a rung to move to that would not be
+        slower: one expected to send its first piece within the first-token target."""
+        target = view.best_compute(walk.excluded | {name})
+        return target is not None and \
+            view.expected_s(target, "first", self.router.now()) <= self._late.bar_s
+
     def _lost(self, walk: Walk, name: str, failed: RungFailed, record: StreamRecord,
               move: _Move) -> None:
         """``name`` failed the stream: note it; a move the client sees once text was sent."""
+        if isinstance(failed, PieceLate):
+            self._late.moves_left -= 1
         self.router.rung_failed(walk, name, failed)
         if failed.timeout and not record.text:
             self.router.hedged(name)  # it was slow to take the stream: started elsewhere
