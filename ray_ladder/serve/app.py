@@ -26,6 +26,8 @@ from ray_ladder.serve.targets import route_target_table
 #: resource; Ray Train pins its state actor the same way), so it never dies with a rung.
 HEAD_NODE_RESOURCE = "node:__internal_head__"
 ROUTER_NAME = "LadderRouter"
+#: Serve's wait before it adds the replicas a rung's policy asks for (Serve's default: 30 s).
+RUNG_UPSCALE_DELAY_S = 3.0
 _POLICY = "ray_ladder.serve.scaling:StandbyPolicy"
 
 
@@ -122,7 +124,10 @@ def rung_deployment_options(ladder: Ladder, rung_name: str,
     keeps ``standby_replicas`` warm (1 on the top rung, 0 below by default) and follows
     the ladder's autoscaler hook where one runs (``ladder`` and ``rung`` name its KV
     entry). The policy applies the 1 -> 0 ``downscale_delay_s`` itself, so that the hook
-    can cut it short: Serve's own ``downscale_to_zero_delay_s`` is 0.
+    can cut it short: Serve's own ``downscale_to_zero_delay_s`` is 0. ``upscale_delay_s``
+    is ``RUNG_UPSCALE_DELAY_S`` instead of Serve's 30 s: requests that spill past a full
+    rung are demand the router publishes only once they lasted 5 s (serve/load.py), and
+    Serve's delay comes on top of that.
 
     Serve's controller notices a replica that died with its node at its next health
     check, and only then starts the replacement: ``health_check_period_s`` is
@@ -145,6 +150,7 @@ def rung_deployment_options(ladder: Ladder, rung_name: str,
             "initial_replicas": 0,
             "max_replicas": max(1, standby),
             "downscale_to_zero_delay_s": 0.0,
+            "upscale_delay_s": RUNG_UPSCALE_DELAY_S,
             "policy": {"policy_function": _POLICY,
                        "policy_kwargs": {"standby": standby, "ladder": ladder.name,
                                          "rung": rung.name,

@@ -138,7 +138,9 @@ def serve_options(deployment: Any, ladder_options: dict[str, Any]) -> dict[str, 
     if user_scaling is not None:
         ceiling = max(ceiling, user_scaling.max_replicas)
         given = user_scaling.model_dump(exclude_unset=True)
-        scaling = {**{k: v for k, v in given.items() if k not in scaling}, **scaling}
+        # The ladder's upscale delay is a default: a user's own one stays.
+        kept = {k: v for k, v in scaling.items() if k != "upscale_delay_s" or k not in given}
+        scaling = {**{k: v for k, v in given.items() if k not in kept}, **kept}
     scaling["max_replicas"] = max(scaling["max_replicas"], ceiling)
     out["autoscaling_config"] = scaling
     bundles = replica.placement_group_bundles

@@ -24,6 +24,7 @@ again at once).
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -33,6 +34,29 @@ from ray_ladder.core.backoff import Backoff, FailureStreak
 ALPHA = 0.3
 #: The longest retry delay of a slow rung, in multiples of ``slow_after_s``.
 SLOW_RETRY_CAP = 8.0
+#: Spill is demand once it lasted through both halves of this window (seconds).
+SPILL_WINDOW_S = 10.0
+
+
+def spill_replicas(spill_times: list[float], now: float, service_s: float | None,
+                   per_replica: int, window_s: float = SPILL_WINDOW_S) -> int:
+    """Replicas more a rung needs to take the requests that spilled past it: the spill
+    rate over the last ``window_s`` x its service time / places per replica, rounded up;
+    0 unless requests spilled in both halves of the window (a burst's first seconds are
+    not demand yet).
+
+    Example:
+        >>> spill_replicas([float(t) for t in range(10)], 10.0, 0.4, 2)  # 1/s x 0.4 s / 2
+        1
+        >>> spill_replicas([8.0, 9.0, 9.5], 10.0, 0.4, 2)  # only the last half: not yet
+        0
+    """
+    recent = [t for t in spill_times if now - window_s <= t <= now]
+    half = now - window_s / 2
+    if service_s is None or not any(t < half for t in recent) \
+            or not any(t >= half for t in recent):
+        return 0
+    return math.ceil(len(recent) / window_s * service_s / max(1, per_replica))
 
 
 def expected_s(in_flight: int, slots: int, service_s: float | None,
@@ -155,6 +179,8 @@ class RungLoad:
     slow: SlowState = field(default_factory=SlowState)
     #: The retry of the current slow spell has begun (its old estimate is forgotten).
     retrying: bool = False
+    #: When requests spilled past it (the last ``SPILL_WINDOW_S``).
+    spills: deque[float] = field(default_factory=deque)
 
 
 def _average(old: float | None, sample: float) -> float:
@@ -264,6 +290,23 @@ class LoadBook:
         load.slots = slots = replicas * self._slots[rung]
         first = load.first_s if kind == "first" else None
         return expected_s(load.in_flight, slots, load.service_s, first, load.per_place_s)
+
+    def spilled(self, rung: str, now: float) -> None:
+        """A request passed over ``rung`` for its target at ``now``."""
+        spills = self.rungs[rung].spills
+        spills.append(now)
+        while spills and spills[0] < now - SPILL_WINDOW_S:
+            spills.popleft()
+
+    def wanted_replicas(self, running: dict[str, int], now: float) -> dict[str, int]:
+        """Rung -> replicas it needs to take its sustained spill too (only rungs that
+        need more than ``running`` has): demand for the rung's autoscaling."""
+        out = {}
+        for name, load in self.rungs.items():
+            extra = spill_replicas(list(load.spills), now, load.service_s, self._slots[name])
+            if extra > 0:
+                out[name] = running.get(name, 0) + extra
+        return out
 
     def has_place(self, rung: str, replicas: int) -> bool:
         """Whether ``rung`` with ``replicas`` RUNNING replicas has a free place."""

@@ -16,7 +16,7 @@ from ray_ladder.serve.calls import RungCaller
 from ray_ladder.serve.demand import wanted_units
 from ray_ladder.serve.errors import RungFailed
 from ray_ladder.serve.metrics import LadderMetrics
-from ray_ladder.serve.scaling import publish_primes
+from ray_ladder.serve.scaling import publish_primes, publish_spill
 from ray_ladder.serve.state import RouterState
 
 logger = logging.getLogger("ray_ladder.serve")
@@ -103,6 +103,8 @@ class Prober:
         self.probed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._team = team
         self._reported_at = float("-inf")
+        self._spill_published: dict[str, int] = {}
+        self._spill_at = float("-inf")
         self.errors = 0
         self.last_s = 0.0
         self.max_lag_s = 0.0
@@ -133,6 +135,7 @@ class Prober:
         self._metrics.observed(self._state, now)  # `ray-ladder status`, gauges, replica-hours
         self._start_pings(now)
         self._report_demand(now)
+        self._report_spill(now)
         probed, self.probed = self.probed, asyncio.get_running_loop().create_future()
         probed.set_result(None)
 
@@ -143,6 +146,27 @@ class Prober:
         self._reported_at = now
         self._spawn(asyncio.to_thread(report_demand, self._team, self._app(),
                                       wanted_units(self._state), now))
+
+    @property
+    def spill_wanted(self) -> dict[str, int]:
+        """Rung -> replicas it needs for its sustained spill, as last published."""
+        return dict(self._spill_published)
+
+    def _report_spill(self, now: float) -> None:
+        """Publish the replicas rungs need for their sustained spill (StandbyPolicy reads
+        them), when it changed or every ``DEMAND_EVERY_S`` while there is some."""
+        book = self._caller.book
+        if book is None:
+            return
+        running = {r: self._state.replicas(r) for r in self._deployments}
+        wanted = book.wanted_replicas(running, now)
+        if wanted == self._spill_published and (not wanted
+                                                or now - self._spill_at < DEMAND_EVERY_S):
+            return
+        self._spill_published, self._spill_at = wanted, now
+        if wanted:
+            logger.info("sustained spill: rungs want replicas %s", wanted)
+        self._spawn(asyncio.to_thread(publish_spill, self._app(), wanted, now))
 
     async def loop(self) -> None:
         """Probe every ``probe_interval_s`` until the replica stops."""

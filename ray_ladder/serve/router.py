@@ -172,6 +172,7 @@ class LadderRouter:
         out["metrics"] = self._metrics.snapshot()
         out["cache_entries"] = len(self._cache) if self._cache is not None else None
         out["probe_errors"] = self._prober.errors
+        out["spill_wants_replicas"] = self._prober.spill_wanted
         out["last_probe_s"] = round(self._prober.last_s, 4)
         out["max_loop_lag_s"] = round(self._prober.max_lag_s, 4)  # since the last read
         self._prober.max_lag_s = 0.0

@@ -26,6 +26,11 @@ PRIME_HOLD_S = 60.0
 #: Re-read the primes of a rung with no replica at most this often (Serve's controller
 #: calls the policy every 0.1 s: one KV read per loop per cold rung).
 PRIME_READ_EVERY_S = 0.1
+#: Where a ladder router publishes the replicas its rungs need for their sustained spill:
+#: app -> {"time": wall time, "rungs": {rung: replicas}} (ray_ladder/serve/load.py).
+SPILL_PREFIX = "serve/spill/"
+#: A spill entry older than this is stale (the router stopped publishing it).
+SPILL_FRESH_S = 30.0
 #: Where the fleet arbiter publishes a team's grants (ray_ladder.cluster.grants).
 GRANTS_PREFIX = "fleet/grants/"
 
@@ -41,6 +46,14 @@ def publish_primes(app: str, primes: dict[str, float]) -> None:
 
     _internal_kv_put(PRIME_PREFIX + app, json.dumps(primes), overwrite=True,
                      namespace=HOOK_KV_NAMESPACE)
+
+
+def publish_spill(app: str, wanted: dict[str, int], now: float) -> None:
+    """The router's side: rung -> replicas it needs for its sustained spill, of ``app``."""
+    from ray.experimental.internal_kv import _internal_kv_put
+
+    _internal_kv_put(SPILL_PREFIX + app, json.dumps({"time": now, "rungs": wanted}),
+                     overwrite=True, namespace=HOOK_KV_NAMESPACE)
 
 
 class StandbyPolicy:
@@ -62,6 +75,12 @@ class StandbyPolicy:
       So does a rung the ladder's router *primed* in the last ``PRIME_HOLD_S``
       (:func:`publish_primes`: a preemption notice above it, or a climb onto it).
     * otherwise (or no hook, or a stopped or stale one): ``standby``.
+
+    Requests that spill past a full rung under a latency target never reach its queue,
+    so Serve's policy cannot see them: the router publishes the replicas a rung needs
+    for its sustained spill (:func:`publish_spill`), and the floor rises to them (up to
+    the deployment's ``max_replicas``, and a team's grant); replicas Ray cannot place
+    are demand Ray's autoscaler sees.
 
     Serve applies ``downscale_delay_s`` to every policy's decision; for 1 -> 0 this
     policy applies it itself (rung deployments set ``downscale_to_zero_delay_s=0``), so
@@ -98,6 +117,23 @@ class StandbyPolicy:
         self._idle_since: float | None = None
         self._primes: dict[str, Any] | None = None
         self._primes_at: float | None = None
+        self._spill: dict[str, Any] | None = None
+        self._spill_at: float | None = None
+
+    def spill_floor(self, now: float, app: str | None) -> int:
+        """Replicas this rung of ``app`` needs for its sustained spill (0: none, or the
+        router's entry is stale)."""
+        if app is None or self.rung is None:
+            return 0
+        if self._spill_at is None or not 0 <= now - self._spill_at < HOOK_READ_EVERY_S:
+            self._spill_at = now
+            self._spill = self._read_kv(SPILL_PREFIX + app)
+        entry = self._spill or {}
+        at, wanted = entry.get("time"), (entry.get("rungs") or {}).get(self.rung)
+        if not isinstance(at, (int, float)) or not isinstance(wanted, int) \
+                or not -5.0 <= now - at < SPILL_FRESH_S:
+            return 0
+        return wanted
 
     def primed(self, now: float, app: str | None, cold: bool) -> bool:
         """Whether the router primed this rung of ``app`` in the last ``PRIME_HOLD_S``."""
@@ -191,6 +227,8 @@ class StandbyPolicy:
         primed = now is not None and self.primed(
             float(now), getattr(ctx, "app_name", None), ctx.current_num_replicas == 0)
         floor = max(self.standby, 1) if role == "warming" or primed else self.standby
+        if now is not None:
+            floor = max(floor, self.spill_floor(float(now), getattr(ctx, "app_name", None)))
         want = max(desired, floor) if cap is None else min(max(desired, floor), cap)
         if want > 0 or ctx.target_num_replicas < 1 or now is None:
             self._idle_since = None

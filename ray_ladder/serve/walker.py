@@ -132,6 +132,8 @@ class Walker:
         step = walk.next_step(view, now)
         for rung in walk.spills[spilled:]:
             self._metrics.spilled(rung)
+            if self.book is not None:
+                self.book.spilled(rung, now)
         hold = self._budget() if self._budget is not None else None
         if hold is None or hold.action == "demote" or not isinstance(step, Try) \
                 or not budget_rungs(hold.action, self._costs, [step.rung], {}):

@@ -91,3 +91,11 @@ def test_a_replica_on_units_gone_back_to_their_owner_goes_at_once() -> None:
     assert policy(running(10.0))[0] == 1  # the notice: requests still drain
     kv["fleet/grants/b"]["rungs"]["h100"] = {"held": 0, "noticed": 0}
     assert policy(running(11.5))[0] == 0  # the deadline passed: it goes now
+
+
+def test_sustained_spill_raises_the_floor_within_the_teams_grant() -> None:
+    kv = {"serve/spill/web": {"time": 10.0, "rungs": {"h100": 3}}}
+    assert _policy(kv)(_ctx(10.5))[0] == 3  # the router's demand, no arbiter entry
+    assert _policy(kv)(_ctx(45.0))[0] == 1  # a stale entry: the standby floor again
+    kv["fleet/grants/b"] = {"rungs": {"h100": {"held": 2, "noticed": 0}}}
+    assert _policy(kv)(_ctx(10.5))[0] == 2  # spill never borrows past the team's units

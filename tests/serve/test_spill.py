@@ -232,3 +232,23 @@ def test_the_wait_per_place_is_learned_from_requests_that_queued() -> None:
     # Serve's handle polls a full replica: the 2nd one ahead waited 1.0 s, not 0.2 s.
     book.taken("h100", 1.0, ahead=2)
     assert book.expected_s("h100", 1, now=0.1, kind="answer") == pytest.approx(3 * 0.5 + 0.2)
+
+
+# --- sustained spill is demand ---------------------------------------------------------------
+
+def test_sustained_spill_asks_for_the_replicas_that_would_take_it() -> None:
+    book = _book()
+    _load(book, "h100", 0, 0.4)
+    for i in range(40):  # 4 spills a second for 10 s
+        book.spilled("h100", i / 4)
+    # 4/s x 0.4 s = 1.6 places = 1 more replica of 2 places.
+    assert book.wanted_replicas({"h100": 1}, now=10.0) == {"h100": 2}
+    assert book.wanted_replicas({"h100": 1}, now=30.0) == {}  # the burst is over
+
+
+def test_a_burst_shorter_than_half_the_window_is_not_demand_yet() -> None:
+    book = _book()
+    _load(book, "h100", 0, 0.4)
+    for i in range(20):
+        book.spilled("h100", 6.0 + i / 5)
+    assert book.wanted_replicas({"h100": 1}, now=10.0) == {}

@@ -56,7 +56,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 @pytest.fixture(scope="module")
 def app(local_cluster, tmp_path_factory):
-    local_cluster({}, head={"num_cpus": 2, "resources": {"ladder/top": 1, "ladder/low": 1}})
+    local_cluster({}, head={"num_cpus": 2, "resources": {"ladder/top": 3, "ladder/low": 2}})
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port}, proxy_location="HeadOnly")
     delays = tmp_path_factory.mktemp("delays")
@@ -66,6 +66,14 @@ def app(local_cluster, tmp_path_factory):
                         deployment_options={"top": {**quick, "max_ongoing_requests": 2},
                                             "low": {**quick, "max_ongoing_requests": 8}}),
               name="burst", route_prefix="/")
+    # The same ladder, its top rung allowed a second replica (Serve's max_replicas).
+    serve.run(build_app(LADDER, {"top": Work, "low": Work},
+                        init_kwargs={n: {"delay_file": str(delays / "none")}
+                                     for n in ("top", "low")},
+                        deployment_options={"top": {**quick, "max_ongoing_requests": 2,
+                                                    "autoscaling_config": {"max_replicas": 2}},
+                                            "low": {**quick, "max_ongoing_requests": 8}}),
+              name="grow", route_prefix="/grow")
     url = f"http://127.0.0.1:{port}"
     with httpx.Client(timeout=60) as client:
         def ready() -> bool:
@@ -138,3 +146,35 @@ def test_a_rung_made_slow_is_reported_slow_left_and_retried(app):
         (delays / "top").write_text("0")
     # Its retry (1.5 s later) finds it fast again: the ladder climbs back, damped.
     wait_until(lambda: _post(client, url)[1] == "top", SLOW, 0.2, "back on top")
+
+
+def test_sustained_spill_is_demand_the_top_rung_grows_and_takes_it_back(app):
+    """Spilled requests never reach the top rung's queue, so Serve's autoscaler cannot see
+    them: the router publishes them as demand, and the top rung gets its second replica."""
+    import threading
+
+    url, client, _ = app
+    grow = url + "/grow"
+    wait_until(lambda: _state(client, grow)["current"] == "top", SLOW, 0.2, "grow app up")
+    shots: list = []
+    load = threading.Thread(target=lambda: shots.extend(open_loop(
+        lambda i: (time.monotonic(), _post(client, grow)), rate=15, duration_s=25.0)))
+    load.start()
+    seen: list = []
+
+    def grown() -> bool:
+        state = _state(client, grow)
+        seen.append((state["spill_wants_replicas"], state["metrics"]["spills"]))
+        return next(r for r in state["rungs"] if r["name"] == "top")["running_replicas"] == 2
+
+    try:
+        wait_until(grown, 25.0, 0.5, "a second top replica while the spill lasts")
+        grew_at = time.monotonic()
+    except TimeoutError:
+        raise AssertionError(seen[-3:]) from None
+    finally:
+        load.join()
+    assert all(s[1][0] == 200 for s in shots)
+    later = [s for s in shots if s[0] > grew_at + 2.0]
+    assert later and sum(s[1][1] == "top" for s in later) / len(later) >= 0.8, \
+        [s[1][1] for s in later]
