@@ -1,30 +1,44 @@
-"""Simulator throughput: one year at one-minute ticks (525,600) over a 6-rung ladder.
+"""Simulator throughput and memory: a year at one-minute ticks (525,600) over a 6-rung ladder.
 
-Replays four Markov traces (h100, a100, l4, cpu; cache and shed always obtainable)
-through the live Selector, then the whole comparison (`compare="all"`: the ladder with
-its measured switching costs, Ray native, GKE ComputeClass both ways, Karpenter,
-LiteLLM, plus the oracle). Prints one JSON object: ticks_per_s of one policy replay, the
-time of a whole `simulate()` call (alignment + oracle + one policy with switching cost +
-report), the time of the whole comparison and of each compared policy alone, both
-wall-clock and CPU time of this process (the CPU figure is the one to trust on a shared,
-loaded machine). The machine is described by what it measures: os.cpu_count() and the
-load average before and after. Goals: the simulate() year and the whole comparison each
-under 10 s.
+Two cases, each a year of one-minute ticks through the whole comparison
+(`compare="all"`: the ladder with its measured switching costs, Ray native, GKE
+ComputeClass both ways, Karpenter, LiteLLM, plus the oracle):
+
+* ``year`` (the top-level fields): four Markov traces (h100, a100, l4, cpu; cache and
+  shed always obtainable) that change every few hours. Also times one policy replay
+  (ticks_per_s), a whole `simulate()` call (alignment + oracle + one policy with
+  switching cost + report), and each compared policy alone.
+* ``high_churn``: the four compute rungs flip every few minutes (Markov, mean up 5 to 10
+  minutes and down 3 to 4): ~3e5 segments, the worst case for the per-change work.
+
+Each case runs in its own subprocess, so that its memory figure is its own: ``peak_mb``
+is that process's peak resident set (``resource.getrusage(RUSAGE_SELF).ru_maxrss``, the
+interpreter and imports included; ``import_mb`` is the same read before the case
+starts). Times are wall-clock and CPU time of the case's process (the CPU figure is the
+one to trust on a shared, loaded machine). The machine is described by what it
+measures: os.cpu_count() and the load average before and after. Goals (issue 29): the
+whole comparison of each case under ``goal_s`` (5) CPU seconds and ``goal_mb`` (300) MB;
+``*_met`` say whether each was met. Prints one JSON object on stdout, nothing else.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
+import subprocess
+import sys
 import time
+from typing import Any
 
 from ray_ladder import Ladder
-from ray_ladder.simulate import align, markov_trace, replay, simulate
+from ray_ladder.simulate import Trace, align, markov_trace, replay, simulate
 from ray_ladder.simulate.baselines import PolicyContext, parse_policies
 
 YEAR_S = 365 * 86400
 TICK_S = 60.0
-GOAL_S = 10.0
+GOAL_S = 5.0
+GOAL_MB = 300.0
 
 LADDER = Ladder.from_dict(
     {
@@ -51,33 +65,73 @@ def _timed(fn):  # type: ignore[no-untyped-def]
     return out, time.perf_counter() - start, time.process_time() - cpu
 
 
-def main() -> dict[str, object]:
-    load_before = os.getloadavg()
-    traces = {
+def _rss_mb() -> float:
+    """This process's peak resident set so far, in MB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def year_traces() -> dict[str, Trace]:
+    """Capacity that changes every few hours."""
+    return {
         "h100": markov_trace(6 * 3600, 2 * 3600, YEAR_S, seed=1, gap_s=TICK_S),
         "a100": markov_trace(3 * 3600, 3600, YEAR_S, seed=2, gap_s=TICK_S),
         "l4": markov_trace(12 * 3600, 1800, YEAR_S, seed=3, gap_s=TICK_S),
         "cpu": markov_trace(30 * 86400, 600, YEAR_S, seed=4, gap_s=TICK_S),
     }
+
+
+def churn_traces() -> dict[str, Trace]:
+    """Capacity that flips every few minutes, on every compute rung."""
+    return {
+        "h100": markov_trace(6 * 60, 4 * 60, YEAR_S, seed=11, gap_s=TICK_S),
+        "a100": markov_trace(5 * 60, 3 * 60, YEAR_S, seed=12, gap_s=TICK_S),
+        "l4": markov_trace(8 * 60, 3 * 60, YEAR_S, seed=13, gap_s=TICK_S),
+        "cpu": markov_trace(10 * 60, 3 * 60, YEAR_S, seed=14, gap_s=TICK_S),
+    }
+
+
+def _comparison(traces: dict[str, Trace], ticks: int) -> dict[str, Any]:
+    """The whole comparison, timed; then each compared policy alone (CPU s)."""
+    compared, compare_s, compare_cpu_s = _timed(lambda: simulate(
+        LADDER, traces, tick_s=TICK_S, compare="all"))
+    peak = _rss_mb()  # before the per-policy runs below add their own replays
+    timeline = align(traces, tick_s=TICK_S, ticks=ticks)
+    ctx = PolicyContext.build(LADDER, timeline, warm=["l4"])
+    per_policy = {}
+    for policy in parse_policies("all"):
+        _, _, cpu_s = _timed(lambda p=policy: p.run(ctx))  # type: ignore[misc]
+        per_policy[policy.label] = round(cpu_s, 3)
+    return {
+        "segments": len(timeline.starts),
+        "compare_year_s": round(compare_s, 3),
+        "compare_year_cpu_s": round(compare_cpu_s, 3),
+        "compare_policies": [p.policy for p in compared.comparison] + ["oracle"],
+        "compare_policy_cpu_s": per_policy,
+        "compare_quality_weighted_availability": {
+            p.policy: round(p.quality_weighted_availability, 4)
+            for p in [*compared.comparison, compared.oracle]},
+        "peak_mb": round(peak, 1),
+        "compare_met": compare_s < GOAL_S,
+        "compare_met_cpu": compare_cpu_s < GOAL_S,
+        "mem_met": peak < GOAL_MB,
+    }
+
+
+def year_case() -> dict[str, Any]:
+    """The year of slow changes: one replay, one simulate() call, the whole comparison."""
+    import_mb = _rss_mb()
+    traces = year_traces()
     ticks = int(YEAR_S / TICK_S)
     timeline, align_s, _ = _timed(lambda: align(traces, tick_s=TICK_S, ticks=ticks))
     rep, replay_s, replay_cpu_s = _timed(lambda: replay(LADDER, timeline, hysteresis=3))
     report, simulate_s, simulate_cpu_s = _timed(lambda: simulate(
         LADDER, traces, hysteresis=3, tick_s=TICK_S, promotion_delay_s=341,
         demotion_delay_s=120))
-    compared, compare_s, compare_cpu_s = _timed(lambda: simulate(
-        LADDER, traces, tick_s=TICK_S, compare="all"))
-    ctx = PolicyContext.build(LADDER, timeline, warm=["l4"])
-    per_policy = {}
-    for policy in parse_policies("all"):
-        _, _, cpu_s = _timed(lambda p=policy: p.run(ctx))  # type: ignore[misc]
-        per_policy[policy.label] = round(cpu_s, 3)
+    del report.policies[1:]  # keep only what is read below
     policy = report.policies[0]
-    load_after = os.getloadavg()
-    return {
+    out = {
         "ticks": ticks,
         "rungs": len(LADDER.rungs),
-        "segments": len(timeline.starts),
         "align_s": round(align_s, 3),
         "replay_s": round(replay_s, 3),
         "replay_cpu_s": round(replay_cpu_s, 3),
@@ -89,18 +143,44 @@ def main() -> dict[str, object]:
         "falls": rep.falls,
         "climbs": rep.climbs,
         "h100_fraction": round(policy.rung_fraction["h100"], 4),
-        "compare_year_s": round(compare_s, 3),
-        "compare_year_cpu_s": round(compare_cpu_s, 3),
-        "compare_policies": [p.policy for p in compared.comparison] + ["oracle"],
-        "compare_policy_cpu_s": per_policy,
-        "compare_quality_weighted_availability": {
-            p.policy: round(p.quality_weighted_availability, 4)
-            for p in [*compared.comparison, compared.oracle]},
-        "goal_s": GOAL_S,
         "met": simulate_s < GOAL_S,
         "met_cpu": simulate_cpu_s < GOAL_S,
-        "compare_met": compare_s < GOAL_S,
-        "compare_met_cpu": compare_cpu_s < GOAL_S,
+    }
+    del report, rep
+    return {**out, **_comparison(traces, ticks), "import_mb": round(import_mb, 1)}
+
+
+def churn_case() -> dict[str, Any]:
+    """The high-churn year: the whole comparison only."""
+    import_mb = _rss_mb()
+    out = _comparison(churn_traces(), int(YEAR_S / TICK_S))
+    return {"traces": "markov, mean up 5-10 min, down 3-4 min, h100 a100 l4 cpu",
+            **out, "import_mb": round(import_mb, 1)}
+
+
+CASES = {"year": year_case, "high_churn": churn_case}
+
+
+def _run_case(name: str) -> dict[str, Any]:
+    """Run one case in a fresh interpreter and read its JSON."""
+    done = subprocess.run([sys.executable, __file__, "--case", name], check=True,
+                          stdout=subprocess.PIPE, text=True)
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def main() -> dict[str, Any]:
+    load_before = os.getloadavg()
+    year = _run_case("year")
+    churn = _run_case("high_churn")
+    load_after = os.getloadavg()
+    met = [year["compare_met_cpu"], year["mem_met"], churn["compare_met_cpu"],
+           churn["mem_met"]]
+    return {
+        **year,
+        "high_churn": churn,
+        "goal_s": GOAL_S,
+        "goal_mb": GOAL_MB,
+        "all_met_cpu": all(met),
         "cpus": os.cpu_count(),
         "loadavg_1m_before": round(load_before[0], 2),
         "loadavg_1m_after": round(load_after[0], 2),
@@ -108,4 +188,7 @@ def main() -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main()), flush=True)
+    if len(sys.argv) == 3 and sys.argv[1] == "--case":
+        print(json.dumps(CASES[sys.argv[2]]()), flush=True)
+    else:
+        print(json.dumps(main()), flush=True)

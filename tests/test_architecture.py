@@ -43,7 +43,8 @@ LONG_FUNCTIONS = {
         "(bench/selector.py), and its state lives in bound locals, not helper calls",
     "ray_ladder.simulate.replay:replay":
         "the per-tick loop of bench/simulate.py (a year of one-minute ticks): its state "
-        "lives in local ints so a tick allocates and calls nothing",
+        "lives in local ints so a stepped tick makes one table lookup and allocates "
+        "nothing",
 }
 #: Uses of Ray internals; only ray_private.py, ray_private_train.py (Ray Train v2's) and,
 #: pickled by value into the Serve controller, serve/scaling.py may name them.

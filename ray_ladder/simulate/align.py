@@ -53,19 +53,31 @@ def align(traces: Mapping[str, Trace], *, tick_s: float, ticks: int) -> Timeline
         raise ValueError(f"need tick_s > 0 and ticks >= 1, got {tick_s}, {ticks}")
     names = tuple(traces)
     runs = [traces[name].tick_runs(tick_s, ticks) for name in names]
-    cuts = sorted({k for r in runs for k, _ in r} | {0})
-    pos = [0] * len(runs)
-    row = [r[0][1] for r in runs]
-    starts: list[int] = []
-    rows: list[tuple[bool, ...]] = []
-    for k in cuts:
-        for j, r in enumerate(runs):
-            while pos[j] + 1 < len(r) and r[pos[j] + 1][0] <= k:
-                pos[j] += 1
-            row[j] = r[pos[j]][1]
-        value = tuple(row)
-        if rows and rows[-1] == value:
-            continue
-        starts.append(k)
-        rows.append(value)
+    # Within a run the value alternates (equal neighbours are merged), so each change
+    # after the first flips one bit: XOR the flips of every rung per tick, then walk the
+    # ticks in order with the row as an int. Rows are shared: one tuple per distinct row.
+    flips: dict[int, int] = {}
+    for j, run in enumerate(runs):
+        bit = 1 << j
+        for k, _ in run[1:]:
+            flips[k] = flips.get(k, 0) ^ bit
+    bits = sum(1 << j for j, run in enumerate(runs) if run[0][1])
+    shared: dict[int, tuple[bool, ...]] = {}
+    starts: list[int] = [0]
+    rows: list[tuple[bool, ...]] = [_row(bits, len(runs), shared)]
+    last = bits
+    for k in sorted(flips):
+        bits ^= flips[k]
+        if bits != last:
+            starts.append(k)
+            rows.append(shared.get(bits) or _row(bits, len(runs), shared))
+            last = bits
     return Timeline(float(tick_s), ticks, names, starts, rows)
+
+
+def _row(bits: int, n: int, shared: dict[int, tuple[bool, ...]]) -> tuple[bool, ...]:
+    """The row of ``bits`` (bit ``j``: trace ``j`` obtainable), made once per distinct row."""
+    row = shared.get(bits)
+    if row is None:
+        row = shared[bits] = tuple(bool(bits >> j & 1) for j in range(n))
+    return row

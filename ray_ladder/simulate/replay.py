@@ -9,9 +9,15 @@ from itertools import pairwise
 from typing import Any
 
 from ray_ladder.core.constraints import Constraints
-from ray_ladder.core.selector import Selector
 from ray_ladder.core.spec import Ladder
 from ray_ladder.simulate.align import Timeline
+from ray_ladder.simulate.selector_table import (
+    DOWN,
+    NO_DIRECTION,
+    UP,
+    SelectorTable,
+    alert_tick,
+)
 
 
 @dataclass
@@ -131,7 +137,14 @@ def replay(
 ) -> Replay:
     """Feed one observation per tick to a fresh :class:`~ray_ladder.Selector`.
 
-    The selector decides (the live code, unchanged); this loop models what is *served*:
+    The selector decides (the live code, unchanged); this loop models what is *served*.
+    Its decisions come through a :class:`~ray_ladder.simulate.selector_table.SelectorTable`
+    (the selector asked once per distinct state and observation), and the ticks of a
+    segment after the selector has settled (same state, no change, nothing starting)
+    are not stepped one by one: they decide the same, and only the degraded-time alert
+    can still come, at a tick computed once. The result is the same as observing every
+    tick (``tests/simulate/test_simulate_properties.py`` checks it against the selector).
+
 
     * First observation: the ladder starts already running on the selected rung.
     * Climb (the new rung is better than the one serving): the old rung keeps serving
@@ -158,10 +171,8 @@ def replay(
             re-routing); 0: instant.
     """
     hysteresis, asked_s = resolve_hysteresis(ladder, timeline.tick_s, hysteresis)
-    selector = Selector(ladder, constraints, promotion_hysteresis=hysteresis)
-    names = selector.eligible
-    index: dict[str | None, int] = {name: i for i, name in enumerate(names)}
-    index[None] = -1
+    table = SelectorTable(ladder, constraints, hysteresis)
+    names = table.names
     tick = timeline.tick_s
     kinds = [ladder.rung(name).kind for name in names]
     warm_set = set(warm)
@@ -169,18 +180,22 @@ def replay(
     cold = [warm_fall if kind != "compute" or name in warm_set else demotion_delay_s / tick
             for name, kind in zip(names, kinds, strict=True)]
     promote = promotion_delay_s / tick
-    # One observation dict (and one "obtainable by rung index" list) per distinct row:
+    max_degraded = ladder.policy.max_degraded_seconds
+    # One observation (a table row id, and "obtainable by rung index") per distinct row:
     # segments with the same row share them, so the loop allocates nothing per tick.
-    cache: dict[tuple[bool, ...], tuple[dict[str, bool], list[bool]]] = {}
+    cache: dict[tuple[bool, ...], tuple[int, list[bool]]] = {}
     untraced = {name: True for name, kind in zip(names, kinds, strict=True)
                 if kind == "compute" and name not in timeline.names}
-    result = Replay(names, timeline.ticks, tick, selector.hysteresis, promotion_delay_s,
+    result = Replay(names, timeline.ticks, tick, table.hysteresis, promotion_delay_s,
                     demotion_delay_s, [n for n in names if n in warm_set],
                     fall_delay_s=fall_delay_s, hysteresis_asked_s=asked_s)
     served_log, starting_log, target_log = result.served, result.starting, result.target
     lost_log = result.lost
     served_log.append((0.0, -1))
-    observe = selector.observe
+    step = table.step
+    state = 0  # the selector's state in the table: 0 before the first observation
+    episode: float | None = None  # when the selector's degraded episode started
+    alerted = False
     served = pending = -1
     pending_climb = False
     ready = 0.0
@@ -191,21 +206,45 @@ def replay(
         if entry is None:
             obs = dict(zip(timeline.names, row, strict=True))
             obs.update(untraced)
-            entry = cache[row] = (obs, [kind != "compute" or obs.get(name, False)
-                                        for name, kind in zip(names, kinds, strict=True)])
-        obs, ok = entry
-        for k in range(k0, k1):
-            d = observe(obs, k * tick)
-            if not (d.changed or d.alert or pending >= 0):
-                continue  # the common case: nothing moves
-            alerts += d.alert
-            if d.changed:
-                target = index[d.rung]
-                target_log.append((k, target))
-                if d.direction == "down":
+            entry = cache[row] = (table.row(obs), [kind != "compute" or obs.get(name, False)
+                                                   for name, kind in zip(names, kinds,
+                                                                         strict=True)])
+        rid, ok = entry
+        k = k0
+        while k < k1:
+            nxt, changed, target, direction = step(state, rid)
+            if nxt == state and not changed and pending < 0:
+                # A fixed point: every tick left in this segment decides the same and
+                # nothing is starting, so only the degraded-time alert can still come.
+                if target == 0:
+                    episode, alerted = None, False
+                else:
+                    if episode is None:
+                        episode = k * tick
+                    if not alerted and max_degraded is not None and alert_tick(
+                            episode, max_degraded, tick, k) < k1:
+                        alerts += 1
+                        alerted = True
+                break
+            state = nxt
+            # The selector's degraded-episode bookkeeping (it reads the clock: not in the
+            # table), then what serves.
+            if target == 0:
+                episode, alerted = None, False
+            else:
+                if episode is None:
+                    episode = k * tick
+                if not alerted and max_degraded is not None and \
+                        k * tick - episode > max_degraded:
+                    alerts += 1
+                    alerted = True
+            if changed:
+                move = (k, target)  # one tuple for every log that records it
+                target_log.append(move)
+                if direction == DOWN:
                     falls += 1
                     lost_log.append(k)  # the selector falls the tick its rung is lost
-                elif d.direction == "up":
+                elif direction == UP:
                     climbs += 1
                 if pending >= 0:  # the selector moved on before the switch completed
                     abandoned += pending_climb
@@ -213,18 +252,18 @@ def replay(
                     starting_log.append((k, -1))
                 if target == served:
                     pass
-                elif target < 0 or d.direction is None:
+                elif target < 0 or direction == NO_DIRECTION:
                     served = target  # exhausted, or the first observation
-                    served_log.append((k, served))
+                    served_log.append(move)
                 else:
-                    climb = target < served if served >= 0 else d.direction == "up"
+                    climb = target < served if served >= 0 else direction == UP
                     delay = promote if climb else cold[target]
                     if delay <= 0:
                         served = target
-                        served_log.append((k, served))
+                        served_log.append(move)
                     else:
                         pending, pending_climb, ready = target, climb, k + delay
-                        starting_log.append((k, target))
+                        starting_log.append(move)
                         if not climb and served >= 0:
                             served = -1
                             served_log.append((k, -1))
@@ -236,6 +275,7 @@ def replay(
                     served, pending = pending, -1
                     served_log.append((ready, served))
                     starting_log.append((ready, -1))
+            k += 1
     if len(served_log) > 1 and served_log[1][0] == 0:
         del served_log[0]  # the first observation replaced the "nothing yet" placeholder
     result.falls, result.climbs = falls, climbs

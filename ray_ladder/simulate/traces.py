@@ -187,13 +187,17 @@ class Trace:
             [(0, True), (2, False), (4, True)]
         """
         runs: list[tuple[int, bool]] = []
+        ceil = math.ceil
+        last_k, last_v = -1, None  # runs[-1], kept in locals (a year has ~1e5 steps)
         for start, value in zip(self.starts, self.values, strict=True):
-            k = tick_index(start, tick_s)
+            k = ceil(start / tick_s - _EPS)  # tick_index(start, tick_s), inline
             if k >= ticks:
                 break
-            if runs and runs[-1][0] == k:
+            if last_k == k:
                 runs.pop()  # a step shorter than a tick: the later value is sampled
-            if runs and runs[-1][1] == value:
+                last_k, last_v = runs[-1] if runs else (-1, None)
+            if last_v == value:
                 continue
             runs.append((k, value))
+            last_k, last_v = k, value
         return runs

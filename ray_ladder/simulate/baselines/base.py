@@ -3,128 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from abc import ABC, abstractmethod
-from collections.abc import Collection
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from ray_ladder.simulate.baselines.context import PolicyContext
+from ray_ladder.simulate.baselines.engine import INF, Engine
 from ray_ladder.simulate.replay import Replay
 
-INF = math.inf
-
-
-class Engine:
-    """What serves, what is starting, and the decisions: the bookkeeping of a baseline.
-
-    A baseline tells the engine what it decides (:meth:`aim`), which rung it starts
-    (:meth:`switch`) and when the serving rung is lost (:meth:`lose`); the engine keeps
-    the change points and counters of a :class:`Replay`. Times are ticks (floats).
-
-    Example:
-        >>> eng = Engine(ctx)  # doctest: +SKIP
-        >>> eng.start(0); eng.lose(3.0); eng.aim(3.0, 1); eng.switch(3.0, 1, 0.5)  # doctest: +SKIP
-    """
-
-    def __init__(self, ctx: PolicyContext) -> None:
-        self.ctx = ctx
-        self.n = len(ctx.names)
-        self.served = -1
-        self.target = -1
-        self.pending = -1
-        self.ready = INF
-        self.pending_climb = False
-        self.served_log: list[tuple[float, int]] = [(0.0, -1)]
-        self.starting_log: list[tuple[float, int]] = []
-        self.target_log: list[tuple[float, int]] = []
-        self.falls = self.climbs = self.abandoned = 0
-        self.lost_log: list[float] = []
-
-    def rank(self, idx: int) -> int:
-        """Order of a rung index, "nothing" (-1) last."""
-        return idx if idx >= 0 else self.n
-
-    def start(self, idx: int) -> None:
-        """At time 0: the policy runs on ``idx`` already (not a move)."""
-        if idx >= 0:
-            self.served = self.target = idx
-            self.served_log = [(0.0, idx)]
-            self.target_log.append((0.0, idx))
-
-    def aim(self, t: float, idx: int) -> None:
-        """Record a decision: the policy now heads for ``idx`` (a climb or a fall)."""
-        if idx == self.target:
-            return
-        if t == 0 and not self.target_log:
-            pass  # the first placement at time 0 is the start, not a move
-        elif self.rank(idx) < self.rank(self.target):
-            self.climbs += 1
-        else:
-            self.falls += 1
-        self.target = idx
-        self.target_log.append((t, idx))
-
-    def switch(self, t: float, idx: int, delay: float, *, climb: bool | None = None) -> None:
-        """Have ``idx`` serve ``delay`` ticks after ``t``; the serving rung serves meanwhile.
-
-        Args:
-            t: Now.
-            idx: The rung to start.
-            delay: Ticks until it serves (0: at once).
-            climb: Whether dropping this start counts as an abandoned climb (default:
-                ``idx`` is better than what serves now).
-        """
-        self.cancel(t)
-        if idx == self.served:
-            return
-        if delay <= 0:
-            self._serve(t, idx)
-            return
-        self.pending, self.ready = idx, t + delay
-        self.pending_climb = self.rank(idx) < self.rank(self.served) if climb is None else climb
-        self.starting_log.append((t, idx))
-
-    def cancel(self, t: float) -> None:
-        """Drop the start in progress, if any."""
-        if self.pending >= 0:
-            self.abandoned += self.pending_climb
-            self.pending, self.ready = -1, INF
-            self.starting_log.append((t, -1))
-
-    def abandon(self, t: float) -> None:
-        """Drop the start in progress and head back to the rung that still serves."""
-        self.cancel(t)
-        if self.served >= 0:
-            self.aim(t, self.served)
-
-    def lose(self, t: float) -> None:
-        """The serving rung is gone: nothing serves until a start completes."""
-        if self.served >= 0:
-            self.lost_log.append(t)  # flaps count the fall from here
-            self._serve(t, -1)
-
-    def complete(self) -> None:
-        """The starting rung is up: it serves from ``ready`` on."""
-        t, idx = self.ready, self.pending
-        self.pending, self.ready = -1, INF
-        self.starting_log.append((t, -1))
-        self._serve(t, idx)
-
-    def _serve(self, t: float, idx: int) -> None:
-        self.served = idx
-        self.served_log.append((t, idx))
-
-    def finish(self, policy: str, params: dict[str, Any], warm: Collection[str]) -> Replay:
-        """The :class:`Replay` of what happened."""
-        ctx = self.ctx
-        served = self.served_log
-        if len(served) > 1 and served[1][0] == 0:
-            del served[0]  # the first placement replaced the "nothing yet" placeholder
-        rep = Replay(list(ctx.names), ctx.ticks, ctx.tick_s, None, 0.0, 0.0,
-                     [n for n in ctx.names if n in set(warm)], served, self.starting_log,
-                     self.target_log, self.falls, self.climbs, self.abandoned, 0,
-                     policy=policy, params=params, lost=self.lost_log)
-        return rep
+__all__ = ["INF", "Baseline", "Engine", "PlacementRun", "SteppedBaseline", "Stepper", "best",
+           "drive"]
 
 
 class Baseline(ABC):
@@ -196,23 +84,32 @@ def drive(ctx: PolicyContext, state: Stepper) -> None:
     Availability changes only at segment starts; inside a segment the policy's own
     timers (starts completing, timeouts, cool-downs) fire in time order.
     """
-    first = True
-    for k0, k1, ok in ctx.segments:
-        if first:
-            state.begin(ok)
-            first = False
-        else:
-            state.change(float(k0), ok)
-        last, repeats = -INF, 0
-        while True:
-            t = state.next_event()
-            if t >= k1:
-                break
-            repeats = repeats + 1 if t <= last else 0
-            if repeats > 10_000:  # a policy bug, not a long replay: fail loudly
-                raise RuntimeError(f"{type(state).__name__} keeps firing at tick {t}")
-            last = t
-            state.event(max(t, float(k0)), ok)
+    segments = iter(ctx.segments)
+    next_event, event = state.next_event, state.event  # bound once: one call per segment
+    for k0, k1, ok in segments:  # the first segment
+        state.begin(ok)
+        _timers(next_event, event, state, k0, k1, ok)
+        break
+    change = state.change
+    for k0, k1, ok in segments:
+        change(float(k0), ok)
+        if next_event() < k1:  # most segments fire no timer
+            _timers(next_event, event, state, k0, k1, ok)
+
+
+def _timers(next_event: Callable[[], float], event: Callable[[float, tuple[bool, ...]], None],
+            state: Stepper, k0: int, k1: int, ok: tuple[bool, ...]) -> None:
+    """Fire the timers due before ``k1`` in time order (inside segment ``k0 .. k1``)."""
+    last, repeats = -INF, 0
+    while True:
+        t = next_event()
+        if t >= k1:
+            break
+        repeats = repeats + 1 if t <= last else 0
+        if repeats > 10_000:  # a policy bug, not a long replay: fail loudly
+            raise RuntimeError(f"{type(state).__name__} keeps firing at tick {t}")
+        last = t
+        event(max(t, float(k0)), ok)
 
 
 class Stepper(ABC):
@@ -290,6 +187,20 @@ class PlacementRun(Stepper):
         self.resident = tuple(r and i in fits for i, r in enumerate(ctx.resident))
         self.start = start_s / ctx.tick_s  # ticks from a placement to serving
         self.timer = INF
+        # id(row) -> (row, best resident rung): the segments share one tuple per distinct
+        # row, so this is a dict hit per change instead of a scan (the row is kept, so
+        # its id cannot be reused while cached).
+        self._resident_of: dict[int, tuple[tuple[bool, ...], int]] = {}
+        self._any_resident = any(self.resident)
+
+    def _best_resident(self, ok: tuple[bool, ...]) -> int:
+        """``best(ok, self.resident)``, cached per row."""
+        if not self._any_resident:
+            return -1  # the usual case: every rung the pod fits is traced
+        hit = self._resident_of.get(id(ok))
+        if hit is None or hit[0] is not ok:
+            hit = self._resident_of[id(ok)] = (ok, best(ok, self.resident))
+        return hit[1]
 
     @abstractmethod
     def _launch(self, t: float, ok: tuple[bool, ...]) -> None:
@@ -337,7 +248,7 @@ class PlacementRun(Stepper):
             if eng.served < 0:
                 self._place(t, ok)
         elif eng.served < 0:
-            r = best(ok, self.resident)
+            r = self._best_resident(ok)
             if r >= 0 and r != eng.pending:
                 self._run_on(t, r)  # a node that is up now takes the waiting replica
             else:
@@ -345,7 +256,8 @@ class PlacementRun(Stepper):
         self._after(t, ok)
 
     def next_event(self) -> float:
-        return min(self.eng.ready, self.timer)
+        ready, timer = self.eng.ready, self.timer
+        return ready if ready <= timer else timer  # min(), without the call
 
     def event(self, t: float, ok: tuple[bool, ...]) -> None:
         if self.eng.ready <= t:
@@ -357,7 +269,7 @@ class PlacementRun(Stepper):
         self._after(t, ok)
 
     def _place(self, t: float, ok: tuple[bool, ...]) -> None:
-        r = best(ok, self.resident)
+        r = self._best_resident(ok)
         if r >= 0:
             self._run_on(t, r)
         elif self.compute:

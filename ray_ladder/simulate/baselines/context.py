@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain, islice
+from typing import overload
 
 from ray_ladder import Constraints, Ladder
 from ray_ladder.simulate.align import Timeline
@@ -38,7 +40,7 @@ class PolicyContext:
     compute: tuple[bool, ...]
     traced: tuple[bool, ...]
     warm: tuple[str, ...]
-    segments: tuple[tuple[int, int, tuple[bool, ...]], ...]
+    segments: Segments
     constraints: Constraints | None = None
 
     @classmethod
@@ -49,17 +51,16 @@ class PolicyContext:
         compute = tuple(ladder.rung(n).is_compute for n in names)
         traced = tuple(n in timeline.names for n in names)
         cols = [timeline.names.index(n) if t else -1 for n, t in zip(names, traced, strict=True)]
-        ends = timeline.starts[1:] + [timeline.ticks]
         rows: dict[tuple[bool, ...], tuple[bool, ...]] = {}
-        segments = []
-        for k0, k1, row in zip(timeline.starts, ends, timeline.rows, strict=True):
+        oks = []
+        for row in timeline.rows:
             ok = rows.get(row)
             if ok is None:
                 ok = rows[row] = tuple(c < 0 or row[c] for c in cols)
-            segments.append((k0, k1, ok))
+            oks.append(ok)
         warm_t = tuple(n for n in names if n in set(warm))
-        return cls(ladder, timeline, names, compute, traced, warm_t, tuple(segments),
-                   constraints)
+        return cls(ladder, timeline, names, compute, traced, warm_t,
+                   Segments(timeline.starts, timeline.ticks, oks), constraints)
 
     @property
     def tick_s(self) -> float:
@@ -126,3 +127,46 @@ class PolicyContext:
         """
         return [n for n, c in zip(self.names, self.compute, strict=True)
                 if c and self.ladder.rung(n).train is not None]
+
+
+Segment = tuple[int, int, tuple[bool, ...]]
+"""``(first tick, end tick, obtainable per rung)``."""
+
+
+class Segments(Sequence[Segment]):
+    """A timeline's segments, ``(first tick, end tick, obtainable per rung)``, made as
+    they are read: a year of churn has ~3e5 of them, which as stored tuples would weigh
+    more than the timeline itself.
+
+    Example:
+        >>> seg = Segments([0, 4], 10, [(True,), (False,)])
+        >>> list(seg), seg[-1], len(seg)
+        ([(0, 4, (True,)), (4, 10, (False,))], (4, 10, (False,)), 2)
+    """
+
+    def __init__(self, starts: list[int], ticks: int, oks: list[tuple[bool, ...]]) -> None:
+        self._starts, self._ticks, self._oks = starts, ticks, oks
+
+    def __len__(self) -> int:
+        return len(self._oks)
+
+    @overload
+    def __getitem__(self, i: int) -> Segment: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Segment]: ...
+
+    def __getitem__(self, i: int | slice) -> Segment | list[Segment]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self._oks)
+        j = i + n if i < 0 else i
+        if not 0 <= j < n:
+            raise IndexError(i)
+        end = self._starts[j + 1] if j + 1 < n else self._ticks
+        return self._starts[j], end, self._oks[j]
+
+    def __iter__(self) -> Iterator[Segment]:
+        starts = self._starts
+        ends = chain(islice(starts, 1, None), (self._ticks,))
+        return zip(starts, ends, self._oks, strict=True)

@@ -162,9 +162,10 @@ class _GkeRun(PlacementRun):
         self._try(t, ok, 0)
 
     def _try(self, t: float, ok: tuple[bool, ...], pos: int) -> None:
-        while pos < len(self.compute):
-            i = self.compute[pos]
-            if self._backed_off(i, t):
+        compute, until = self.compute, self.until
+        while pos < len(compute):
+            i = compute[pos]
+            if until[i] > t:  # _backed_off(i, t), inline: this loop runs at every loss
                 pos += 1  # the autoscaler skips a node pool in backoff, without a try
                 continue
             if ok[i]:
@@ -184,7 +185,11 @@ class _GkeRun(PlacementRun):
     def _wake(self, t: float) -> None:
         """Set the timer to the first backoff that ends after ``t`` (if nothing else)."""
         if self.walk < 0 and self.timer == INF:
-            self.timer = min((u for u in self.until if u > t), default=INF)
+            first = INF  # min((u for u in self.until if u > t), default=INF), unrolled
+            for u in self.until:
+                if t < u < first:
+                    first = u
+            self.timer = first
 
     def _stop_trying(self) -> None:
         self.walk, self.timer = -1, INF
@@ -200,13 +205,30 @@ class _GkeRun(PlacementRun):
             return
         # Off the default node, any rule beats it; otherwise only higher priorities.
         limit = len(ok) if self.on_default else eng.served
-        b = next((i for i in range(limit) if ok[i] and self.is_compute[i]
-                  and not self._backed_off(i, t)), -1)
+        until, is_compute = self.until, self.is_compute
+        b, first = -1, INF  # the best rule up and not backed off; the first backoff end
+        for i in range(limit):
+            if ok[i] and is_compute[i]:
+                u = until[i]
+                if u <= t:
+                    b = i
+                    break
+                if u < first:
+                    first = u
         if b >= 0 and b != eng.served:
             eng.aim(t, b)
             eng.switch(t, b, self.climb, climb=True)
         elif self.timer == INF:
-            # A better rule is obtainable but backed off: look again when it ends.
-            self.timer = min((self.until[i] for i in range(limit)
-                              if ok[i] and self.is_compute[i] and self.until[i] > t),
-                             default=INF)
+            # A better rule is obtainable but backed off: look again when it ends. (When
+            # b is served, the rules above it are all backed off: `first` has them all.)
+            self.timer = first if b < 0 else _first_end(until, ok, is_compute, limit, t)
+
+
+def _first_end(until: list[float], ok: tuple[bool, ...], is_compute: tuple[bool, ...],
+               limit: int, t: float) -> float:
+    """The first backoff end after ``t`` among the rules below ``limit`` that are up."""
+    first = INF
+    for i in range(limit):
+        if ok[i] and is_compute[i] and t < until[i] < first:
+            first = until[i]
+    return first

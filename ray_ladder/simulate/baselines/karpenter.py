@@ -95,22 +95,19 @@ class _KarpenterRun(PlacementRun):
             self._launch(t, ok)
 
     def _launch(self, t: float, ok: tuple[bool, ...]) -> None:
-        tried: set[int] = set()
-        while True:
-            free = [i for i in self.compute if self.cached[i] <= t and i not in tried]
-            if not free:  # every offering is cached: wait for the first to expire
-                self.timer = min((self.cached[i] for i in self.compute
-                                  if self.cached[i] > t), default=INF)
-                return
-            i = free[0]
+        cached = self.cached
+        for i in self.compute:  # by weight: the first offering not cached is tried
+            if cached[i] > t:
+                continue
             if ok[i]:
                 self._run_on(t, i)
                 return
-            self.cached[i] = t + self.ttl  # the launch is tried, and refused
-            tried.add(i)
+            cached[i] = t + self.ttl  # the launch is tried, and refused
             if self.retry > 0:
                 self.timer = t + self.retry
                 return
+        # Every offering is cached (or was just refused): wait for the first to expire.
+        self.timer = min((cached[i] for i in self.compute if cached[i] > t), default=INF)
 
     def _after(self, t: float, ok: tuple[bool, ...]) -> None:
         eng = self.eng

@@ -140,8 +140,15 @@ class _LiteLLMRun(Stepper):
     def next_event(self) -> float:
         eng = self.eng
         top = eng.served if eng.pending < 0 else eng.pending
-        better = self.compute if top < 0 else [i for i in self.compute if i < top]
-        return min(eng.ready, min((self._eligible_at(i) for i in better), default=INF))
+        first = INF  # when the first deployment better than `top` answers (unrolled min)
+        for i in self.compute:  # ascending
+            if 0 <= top <= i:
+                break
+            e = self._eligible_at(i) if self.cool_dead else self.up_at[i]
+            if e < first:
+                first = e
+        ready = eng.ready
+        return ready if ready <= first else first
 
     def event(self, t: float, ok: tuple[bool, ...]) -> None:
         if self.eng.ready <= t:
@@ -151,8 +158,9 @@ class _LiteLLMRun(Stepper):
     def _route(self, t: float) -> None:
         eng = self.eng
         pick, tried = -1, 0
+        up_at, cool_dead = self.up_at, self.cool_dead
         for i in self.compute:
-            if self._eligible_at(i) <= t:
+            if (self._eligible_at(i) if cool_dead else up_at[i]) <= t:
                 pick = i
                 break
             if not self.cool_dead:
