@@ -11,7 +11,9 @@ per rung into the figures.
 from __future__ import annotations
 
 import math
-from itertools import pairwise
+import operator
+from collections.abc import Iterable, Iterator
+from itertools import chain, pairwise
 
 from ray_ladder.core.spec import Ladder
 from ray_ladder.simulate.replay import Replay
@@ -91,21 +93,11 @@ def count_flaps(target: list[tuple[float, int]], n: int, window_ticks: float,
         >>> count_flaps([(0, 1), (3, 0), (9, 1)], n=2, window_ticks=2, lost=[5])
         1
     """
-    moves: list[tuple[float, int, bool]] = []  # (time, 0: a loss / 1: a decision, up)
-    prev = -1
-    started = False
-    for t, idx in target:
-        if t == 0 and not started and prev == -1:
-            prev, started = idx, True  # the start
-            continue
-        started = True
-        moves.append((t, 1, (idx if idx >= 0 else n) < (prev if prev >= 0 else n)))
-        prev = idx
-    moves += [(t, 0, False) for t in lost]
-    moves.sort(key=lambda m: (m[0], m[1]))  # a loss before the decisions of its tick
+    moves = _with_losses(_decisions(target, n), list(lost),
+                         not any(t > t2 for (t, _), (t2, _) in pairwise(target)))
     flaps = 0
     climb_at: float | None = None
-    for t, _, up in moves:
+    for t, up in moves:
         if up:
             climb_at = t
         else:
@@ -113,6 +105,37 @@ def count_flaps(target: list[tuple[float, int]], n: int, window_ticks: float,
                 flaps += 1
             climb_at = None
     return flaps
+
+
+def _decisions(target: list[tuple[float, int]], n: int) -> Iterator[tuple[float, bool]]:
+    """``(time, up)`` per decision of ``target``, the start (a decision at 0) left out."""
+    prev = -1
+    started = False
+    for t, idx in target:
+        if t == 0 and not started and prev == -1:
+            prev, started = idx, True  # the start
+            continue
+        started = True
+        yield t, (idx if idx >= 0 else n) < (prev if prev >= 0 else n)
+        prev = idx
+
+
+def _with_losses(decisions: Iterable[tuple[float, bool]], lost: list[float],
+                 in_order: bool) -> Iterator[tuple[float, bool]]:
+    """Decisions and losses (``up`` False) in time order, a loss before the decisions of
+    its tick: a merge of the two logs when both are in time order, else a sort."""
+    if not in_order or any(map(operator.gt, lost, lost[1:])):
+        keyed = [(t, 1, up) for t, up in decisions] + [(t, 0, False) for t in lost]
+        keyed.sort(key=lambda m: (m[0], m[1]))
+        yield from ((t, up) for t, _, up in keyed)
+        return
+    j, nl = 0, len(lost)
+    for t, up in decisions:
+        while j < nl and lost[j] <= t:
+            yield lost[j], False
+            j += 1
+        yield t, up
+    yield from ((t, False) for t in lost[j:])
 
 
 def time_per_rung(rep: Replay) -> tuple[list[float], float, list[float]]:
@@ -123,7 +146,10 @@ def time_per_rung(rep: Replay) -> tuple[list[float], float, list[float]]:
     unserved = 0.0
     episodes: list[float] = []
     episode_start: float | None = None
-    for start, length, idx in intervals(rep.served, float(ticks)):
+    for (start, idx), (t2, _) in pairwise(chain(rep.served, [(float(ticks), -1)])):
+        if t2 <= start:
+            continue
+        length = t2 - start
         if idx >= 0:
             units[idx] += length
         else:
@@ -146,9 +172,9 @@ def start_and_standby_bills(rep: Replay, units: list[float], cost_per_hour: list
     """The bill of replicas starting (not yet serving), and of idle standby by rung."""
     hours = rep.tick_s / 3600.0
     starting_units = [0.0] * len(rep.names)
-    for _, length, idx in intervals(rep.starting, float(rep.ticks)):
-        if idx >= 0:
-            starting_units[idx] += length
+    for (t, idx), (t2, _) in pairwise(chain(rep.starting, [(float(rep.ticks), -1)])):
+        if idx >= 0 and t2 > t:
+            starting_units[idx] += t2 - t
     starting = sum((c * u * hours for c, u in zip(cost_per_hour, starting_units, strict=True)),
                    0.0)
     standby = {name: 0.0 for name in rep.names}

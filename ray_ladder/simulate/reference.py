@@ -18,9 +18,11 @@ shared by every policy of a report (so two rows are compared on the same resampl
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from ray_ladder.simulate.align import Timeline
@@ -67,11 +69,43 @@ class Reference:
         """The blocks as change points ``(first tick, block index)``."""
         return [(float(e), j) for j, e in enumerate(self.edges[:-1])]
 
+    @cached_property
+    def steps(self) -> tuple[list[float], list[int], list[int]]:
+        """The best rung and the block merged, once for every policy: a change point at
+        each distinct time of either, as ``(times, best rung, block index)``."""
+        times: list[float] = []
+        bests: list[int] = []
+        blocks: list[int] = []
+        best, block = -1, -1
+        cuts = iter([*self.blocks, (math.inf, -1)])  # a merge: no sorted copy of a year
+        cut, block_next = next(cuts)
+        for t, v in [*self.best, (math.inf, -1)]:
+            while cut <= t and cut != math.inf:  # a block edge at t first: the same values
+                block = block_next
+                _step(times, bests, blocks, cut, best, block)
+                cut, block_next = next(cuts)
+            if t == math.inf:
+                break
+            best = v
+            _step(times, bests, blocks, t, best, block)
+        return times, bests, blocks
+
     def method(self) -> dict[str, Any]:
         """How the intervals were drawn, for the JSON report."""
         return {"method": "block bootstrap, percentile interval", "blocks": len(self.edges) - 1,
                 "block_s": self.block_s, "resamples": len(self.draws), "seed": self.seed,
                 "level": LEVEL}
+
+
+def _step(times: list[float], bests: list[int], blocks: list[int], t: float, best: int,
+          block: int) -> None:
+    """Append a change point, or overwrite the last one when it is at the same time."""
+    if times and times[-1] == t:
+        bests[-1], blocks[-1] = best, block
+    else:
+        times.append(float(t))
+        bests.append(best)
+        blocks.append(block)
 
 
 def pieces(end: float, *steps: Sequence[tuple[float, int]],
@@ -116,10 +150,15 @@ def best_available(timeline: Timeline, names: list[str]) -> list[tuple[float, in
     """
     cols = [timeline.names.index(n) if n in timeline.names else None for n in names]
     out: list[tuple[float, int]] = []
+    known: dict[tuple[bool, ...], int] = {}  # the timeline shares one tuple per distinct row
+    last = None
     for start, row in zip(timeline.starts, timeline.rows, strict=True):
-        best = next((i for i, c in enumerate(cols) if c is None or row[c]), -1)
-        if not out or out[-1][1] != best:
+        best = known.get(row)
+        if best is None:
+            best = known[row] = next((i for i, c in enumerate(cols) if c is None or row[c]), -1)
+        if best != last:
             out.append((float(start), best))
+            last = best
     return out
 
 
@@ -158,13 +197,28 @@ def obtainable_by_block(timeline: Timeline, names: list[str],
     nblocks = len(edges) - 1
     out = [[0.0] * nblocks for _ in names]
     cols = [timeline.names.index(n) if n in timeline.names else None for n in names]
-    segments = [(float(s), i) for i, s in enumerate(timeline.starts)]
-    blocks = [(float(e), j) for j, e in enumerate(edges[:-1])]
-    for _, length, (seg, block) in pieces(float(timeline.ticks), segments, blocks):
-        row = timeline.rows[seg]
-        for i, c in enumerate(cols):
-            if c is None or row[c]:
-                out[i][block] += length
+    per_row: dict[tuple[bool, ...], list[list[float]]] = {}  # a row -> the rungs it has
+    end = float(timeline.ticks)
+    cuts = iter([float(e) for e in edges[1:-1]] + [math.inf])
+    cut, block, prev = next(cuts), 0, 0.0
+    rows = timeline.rows
+    have = per_row[rows[0]] = [out[i] for i, c in enumerate(cols) if c is None or rows[0][c]]
+    # The same stretches as pieces() over the segments and the blocks, in time order.
+    for start, row in zip(timeline.starts[1:] + [end], rows[1:] + [rows[-1]], strict=True):
+        t = float(start)
+        while cut <= t:  # block edges up to the next segment (at it: no stretch left)
+            if cut > prev:
+                for col in have:
+                    col[block] += cut - prev
+                prev = cut
+            block += 1
+            cut = next(cuts)
+        if t > prev:
+            for col in have:
+                col[block] += t - prev
+            prev = t
+        have = per_row.get(row) or per_row.setdefault(
+            row, [out[i] for i, c in enumerate(cols) if c is None or row[c]])
     return out
 
 

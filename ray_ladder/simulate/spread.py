@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from itertools import pairwise
+from itertools import chain, pairwise
 
-from ray_ladder.simulate.reference import LEVEL, Reference, pieces
+from ray_ladder.simulate.reference import LEVEL, Reference
 from ray_ladder.simulate.replay import Replay
 
 Interval = tuple[float, float]
@@ -93,27 +93,106 @@ def _served_pass(rep: Replay, ref: Reference, cost_per_hour: list[float],
                  serves: list[bool]) -> tuple[float, float, list[list[float]], list[float],
                                               list[float], list[float]]:
     """Below-best ticks, regret ticks, and per block: ticks on each rung, served ticks,
-    regret ticks and the serving bill."""
+    regret ticks and the serving bill.
+
+    The stretches are those of :func:`~ray_ladder.simulate.reference.pieces` over the
+    served rung, the best rung and the blocks (a cut at each distinct time of any), in
+    time order, merged by hand: a year of churn has ~1e6 of them.
+    """
     nblocks = len(ref.edges) - 1
-    q, n = ref.quality, len(rep.names)
     hours = ref.tick_s / 3600.0
-    units = [[0.0] * nblocks for _ in range(n)]
+    units = [[0.0] * nblocks for _ in rep.names]
     served, regret, bill = [0.0] * nblocks, [0.0] * nblocks, [0.0] * nblocks
-    below = lost = 0.0
-    for _, length, (idx, best, block) in pieces(float(ref.ticks), rep.served, ref.best,
-                                                ref.blocks):
+    gaps = _gaps(ref.quality, len(rep.names))
+    end = float(ref.ticks)
+    times, bests, blocks = ref.steps
+    steps = zip(chain(times, [math.inf]), chain(bests, [-1]), chain(blocks, [-1]), strict=True)
+    changes = chain(rep.served, [(math.inf, -1)])
+    tr, best_next, block_next = next(steps)
+    ta, idx_next = next(changes)
+    idx = best = block = -1
+    prev = below = lost = 0.0
+    while True:
+        t = ta if ta <= tr else tr
+        if t >= end:
+            break
+        if t > prev:
+            length = t - prev
+            if idx >= 0:
+                units[idx][block] += length
+                bill[block] += cost_per_hour[idx] * length * hours
+                if serves[idx]:
+                    served[block] += length
+            gap = gaps[idx][best]
+            if gap is not None:  # below the best available
+                below += length
+                if gap > 0:
+                    lost += gap * length
+                    regret[block] += gap * length
+            prev = float(t)
+        if ta == t:
+            idx = idx_next
+            ta, idx_next = next(changes)
+        else:
+            best, block = best_next, block_next
+            tr, best_next, block_next = next(steps)
+    if end > prev:
+        length = end - prev
         if idx >= 0:
             units[idx][block] += length
             bill[block] += cost_per_hour[idx] * length * hours
             if serves[idx]:
                 served[block] += length
-        if best >= 0 and (idx < 0 or idx > best):
+        gap = gaps[idx][best]
+        if gap is not None:
             below += length
-            gap = q[best] - (q[idx] if idx >= 0 else 0.0)
             if gap > 0:
                 lost += gap * length
                 regret[block] += gap * length
     return below, lost, units, served, regret, bill
+
+
+def _gaps(q: list[float], n: int) -> list[list[float | None]]:
+    """``[served][best]`` (``-1``, none, is the last of each): the quality lost against
+    the best available rung when below it, ``None`` when not below it."""
+    out: list[list[float | None]] = []
+    for idx in [*range(n), -1]:
+        out.append([q[best] - (q[idx] if idx >= 0 else 0.0)
+                    if best >= 0 and (idx < 0 or idx > best) else None
+                    for best in [*range(n), -1]])
+    return out
+
+
+def _starting_by_block(rep: Replay, ref: Reference, cost_per_hour: list[float],
+                       bill: list[float]) -> list[list[float]]:
+    """Per rung and block, the ticks its replicas were starting (their bill added to
+    ``bill``): the stretches of ``pieces()`` over the starting rung and the blocks."""
+    nblocks = len(ref.edges) - 1
+    hours = ref.tick_s / 3600.0
+    starting = [[0.0] * nblocks for _ in rep.names]
+    end = float(ref.ticks)
+    cuts = iter([float(e) for e in ref.edges[1:-1]] + [math.inf])
+    cut, block, idx, prev = next(cuts), 0, -1, 0.0
+    for ta, value in chain(rep.starting, [(end, -1)]):
+        while cut < ta:  # block edges before the next change
+            if cut > prev and idx >= 0:
+                starting[idx][block] += cut - prev
+                bill[block] += cost_per_hour[idx] * (cut - prev) * hours
+            prev = cut if cut > prev else prev
+            block += 1
+            cut = next(cuts)
+        if ta >= end:
+            break
+        if ta > prev:
+            if idx >= 0:
+                starting[idx][block] += ta - prev
+                bill[block] += cost_per_hour[idx] * (ta - prev) * hours
+            prev = float(ta)
+        idx = value
+    if end > prev and idx >= 0:
+        starting[idx][block] += end - prev
+        bill[block] += cost_per_hour[idx] * (end - prev) * hours
+    return starting
 
 
 def against(rep: Replay, ref: Reference, *, cost_per_hour: list[float], serves: list[bool],
@@ -135,11 +214,7 @@ def against(rep: Replay, ref: Reference, *, cost_per_hour: list[float], serves: 
     nblocks = len(ref.edges) - 1
     below, lost, units, served, regret, bill = _served_pass(rep, ref, cost_per_hour, serves)
     hours = ref.tick_s / 3600.0
-    starting = [[0.0] * nblocks for _ in rep.names]
-    for _, length, (idx, block) in pieces(float(ref.ticks), rep.starting, ref.blocks):
-        if idx >= 0:
-            starting[idx][block] += length
-            bill[block] += cost_per_hour[idx] * length * hours
+    starting = _starting_by_block(rep, ref, cost_per_hour, bill)
     for i, rate in enumerate(standby_per_hour or []):
         if rate:
             for b in range(nblocks):
