@@ -79,14 +79,18 @@ def user_view(user: dict[str, Any]) -> Group:
     else:
         for col in ("rung", "kind", "obtainable", "nodes", "replicas", "share 1m", "hook role"):
             table.add_column(col)
+        slow = user.get("slow") or {}
         for r in user["rungs"]:
             mark = "*" if r["name"] == user.get("current") else ""
             share = r.get("share_1m")
-            table.add_row(f"{r['name']}{mark}", r["kind"], "yes" if r["obtainable"] else "no",
+            obtainable = "yes" if r["obtainable"] else "slow" if r["name"] in slow else "no"
+            table.add_row(f"{r['name']}{mark}", r["kind"], obtainable,
                           "-" if r.get("nodes") is None else str(r["nodes"]),
                           "-" if r.get("replicas") is None else str(r["replicas"]),
                           "-" if share is None else f"{100 * share:.0f}% ({r['served_1m']})",
                           r.get("hook_role") or "-")
+        for name, why in slow.items():
+            parts.append(Text(f"{name} is slow: {why}"))
         unanswered = user.get("unanswered_1m") or {}
         if unanswered:
             parts.append(Text("not answered by a rung (1m): " + ", ".join(

@@ -198,8 +198,9 @@ def _user(entry: Mapping[str, Any], nodes: list[dict[str, Any]],
     out.update(age_s=round(now - float(entry.get("time") or now), 3), rungs=rungs,
                by_constraints=differ, unanswered_1m=entry.get("unanswered_1m") or {},
                last_transitions=last)
-    if "trials" in entry:
-        out["trials"] = entry["trials"]
+    for key in ("trials", "slow"):
+        if entry.get(key):
+            out[key] = entry[key]
     return out
 
 

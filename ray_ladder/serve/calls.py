@@ -10,6 +10,7 @@ from typing import Any
 from ray_ladder.cluster import ray_private
 from ray_ladder.serve.errors import PieceLate, RungFailed, rung_failure
 from ray_ladder.serve.load import LoadBook
+from ray_ladder.serve.places import Places
 
 #: Least silence (seconds) after which a rung with a RUNNING replica has failed a request.
 DEAD_AFTER_MIN_S = 5.0
@@ -83,9 +84,32 @@ class RungCaller:
         self.request_timeout_s = request_timeout_s
         self.pending_timeout_s = pending_timeout_s
         self._last_alive: dict[str, float] = {}
+        self._down: dict[str, asyncio.Future[None]] = {}
         self.book = book
         self._clock = clock
-        self._down: dict[str, asyncio.Future[None]] = {}
+        #: The router's own queue per rung (serve/places.py; gated only with a book).
+        self.places = Places()
+
+    def set_replicas(self, replicas: Mapping[str, int]) -> None:
+        """RUNNING replicas per rung, as last probed: the places requests queue for."""
+        if self.book is None:
+            return
+        for rung, count in replicas.items():
+            self.places.set_capacity(rung, count * self.book.places_per_replica(rung))
+
+    async def _place(self, rung: str, down: asyncio.Future[None]) -> bool:
+        """Wait for a place on ``rung`` in the router's queue (``True``: one was taken
+        and is given back when the request ends); RungFailed when the rung goes."""
+        take = asyncio.ensure_future(self.places.take(rung))
+        try:
+            done, _ = await asyncio.wait((take, down), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            take.cancel()
+            raise
+        if take in done:
+            return take.result()
+        take.cancel()
+        raise RungFailed("rung went down while the request waited for a place")
 
     def alive_within(self, rung: str, seconds: float) -> bool:
         """Whether a replica of ``rung`` took or answered a request or ping in the last
@@ -146,12 +170,18 @@ class RungCaller:
         generation on the replica.
         """
         down = self._down_signal(rung)
-        gen = self._streams[rung].remote(request)
-        waiting: asyncio.Future[Any] = asyncio.ensure_future(ray_private.replica_assigned(gen))
-        finished = False
         book = self.book
         sent = asyncio.get_running_loop().time()
         ahead = book.sent(rung) if book is not None else 0
+        try:
+            placed = await self._place(rung, down)
+        except BaseException:
+            if book is not None:
+                book.ended(rung)
+            raise
+        gen = self._streams[rung].remote(request)
+        waiting: asyncio.Future[Any] = asyncio.ensure_future(ray_private.replica_assigned(gen))
+        finished = False
         try:
             await self._stream_taken(rung, waiting, down, self.dead_after(warm), give_up_s,
                                      elsewhere)
@@ -180,6 +210,8 @@ class RungCaller:
                 gen.cancel()
             if book is not None:
                 book.ended(rung)
+            if placed:
+                self.places.give_back(rung)
 
     @staticmethod
     def _since(start: float) -> float:
@@ -257,6 +289,12 @@ class RungCaller:
         book = self.book if counted else None
         sent = loop.time()
         ahead = book.sent(rung) if book is not None else 0
+        try:
+            placed = counted and await self._place(rung, down)
+        except BaseException:
+            if book is not None:
+                book.ended(rung)
+            raise
         response = handle.remote(*args)
         # The two halves of `await response`, so the wait for a replica and the wait for
         # the answer get their own limits.
@@ -307,3 +345,5 @@ class RungCaller:
                 assigned.cancel()
             if book is not None:
                 book.ended(rung)
+            if placed:
+                self.places.give_back(rung)

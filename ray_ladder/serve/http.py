@@ -26,6 +26,9 @@ JURISDICTION_HEADER = "X-Ladder-Jurisdiction"
 MAX_COST_HEADER = "X-Ladder-Max-Cost"
 MIN_QUALITY_HEADER = "X-Ladder-Min-Quality"
 SITES_HEADER = "X-Ladder-Sites"
+#: Seconds from the request's arrival at the ladder's router to its answer (the time a
+#: latency target holds; Envoy's ``x-envoy-upstream-service-time`` in spirit).
+ELAPSED_HEADER = "X-Ladder-Elapsed-S"
 #: The rung name reported when no rung answered (every eligible rung was gone).
 EXHAUSTED = "exhausted"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any, Protocol
 
 from ray_ladder.core.constraints import Constraints
@@ -43,6 +44,7 @@ async def handle(router: JsonRouter, request: Any, max_body_bytes: int) -> Any:
     if request.method != "POST":
         return JSONResponse({"error": f"{request.method} not allowed: POST a JSON body"},
                             405, headers={"Allow": "POST"})
+    arrived = time.monotonic()
     try:
         constraints = router.bindings.from_headers(request.headers, relative_path(request))
         targets = router.targets_for(request)
@@ -70,4 +72,5 @@ async def handle(router: JsonRouter, request: Any, max_body_bytes: int) -> Any:
                                       "not JSON"}, 500)
     headers = http.answer_headers(result.rung, result.degraded_s, stale=result.stale,
                                   source_rung=result.source_rung)
+    headers[http.ELAPSED_HEADER] = f"{time.monotonic() - arrived:.3f}"
     return Response(body_bytes, 200, headers=headers, media_type="application/json")

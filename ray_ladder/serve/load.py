@@ -308,6 +308,10 @@ class LoadBook:
                 out[name] = running.get(name, 0) + extra
         return out
 
+    def places_per_replica(self, rung: str) -> int:
+        """``max_ongoing_requests`` of ``rung``'s deployment."""
+        return self._slots[rung]
+
     def has_place(self, rung: str, replicas: int) -> bool:
         """Whether ``rung`` with ``replicas`` RUNNING replicas has a free place."""
         return self.rungs[rung].in_flight < replicas * self._slots[rung]

@@ -136,7 +136,8 @@ class LadderMetrics:
             self.app, self.ladder, selectors[0],
             obtainable={r["name"]: r["obtainable"] for r in rungs},
             replicas={r["name"]: r["running_replicas"] or 0 for r in rungs},
-            others=selectors[1:][-MAX_STATUS_SELECTORS:], now=now)
+            others=selectors[1:][-MAX_STATUS_SELECTORS:], now=now,
+            extra={"slow": {r["name"]: r["down_reason"] for r in rungs if r.get("slow")}})
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-ready copy of :attr:`counts`."""

@@ -219,7 +219,8 @@ class Walk:
     Args:
         ladder: The ladder.
         give_up_at: The walk's clock time after which it no longer waits for a rung
-            to come back (arrival + ``pending_timeout_s``).
+            to come back or a warm rung to take it (arrival + ``pending_timeout_s``;
+            with a target, waits for a rung to come back end at ``target_at``).
         never: Rungs this request never takes (compute rungs that do not generate text,
             for a stream).
         target_at: The walk's clock time by which the request should be answered (or
@@ -246,11 +247,23 @@ class Walk:
     spills: list[str] = field(default_factory=list)
     #: When a request queued on the rung it tries leaves that queue to fall back in time.
     leave_at: float | None = None
+    #: The rung that time was kept for: it is tried then, target or not (the request
+    #: is late already; a late answer beats a 503).
+    reserved: str | None = None
 
     @property
     def excluded(self) -> set[str]:
         """Rungs the next step may not pick: tried ones and those never taken."""
         return self.tried | self.never
+
+    def _plan_leave(self, rung: str, reserve_s: float, view: LadderView) -> None:
+        """A request queued on ``rung`` under a target leaves its queue in time to fall
+        back to the rung below (kept as ``reserved``); the reserved rung is waited for."""
+        if rung == self.reserved or not reserve_s or self.target_at is None:
+            self.leave_at = None
+            return
+        self.leave_at = self.target_at - reserve_s
+        self.reserved = view.best_compute(self.excluded)
 
     @property
     def spilled(self) -> bool:
@@ -278,8 +291,7 @@ class Walk:
             step = decide(self, facts, now)
             self.record(step, now)
             if isinstance(step, Try):
-                self.leave_at = None if not facts.reserve_s or self.target_at is None \
-                    else self.target_at - facts.reserve_s
+                self._plan_leave(step.rung, facts.reserve_s, view)
             if not isinstance(step, Spill):
                 return step
 
@@ -344,12 +356,15 @@ def decide(walk: Walk, facts: Facts, now: float) -> Step:
     name = facts.next_rung
     kind = walk.ladder.rung(name).kind if name is not None else None
     if name is None or kind == "shed":
-        if now < walk.give_up_at and facts.can_come_back and not walk.spilled:
-            return Wait(walk.give_up_at)
+        until = walk.give_up_at if walk.target_at is None \
+            else min(walk.give_up_at, walk.target_at)
+        if now < until and facts.can_come_back and not walk.spilled:
+            return Wait(until)
         return Exhausted() if name is None else Shed(name)
     if kind == "cache":
         return FromCache(name)
     if facts.expected_s is not None and walk.target_at is not None \
+            and name != walk.reserved \
             and now + facts.expected_s + facts.reserve_s > walk.target_at:
         return Spill(name, facts.expected_s)
     return Try(name)

@@ -107,16 +107,14 @@ class Walker:
                    kind: str = "answer") -> tuple[Walk, RequestView]:
         """A new request's walk and its view of the ladder; with ``target_s`` (seconds
         to its answer, ``kind`` ``answer``, or first piece, ``first``) it spills past
-        rungs expected to miss it and waits at most that long for one to take it."""
+        rungs expected to miss it and waits at most that long for a rung to come back."""
         now = self._clock()
         selector = self._state.selector(constraints, now)
-        wait_s = self.ladder.policy.pending_timeout_s
-        if target_s is not None and self.book is not None:
-            wait_s = min(wait_s, target_s)
-        else:
+        if self.book is None:
             target_s = None
-        walk = Walk(self.ladder, give_up_at=now + wait_s, never=never,
-                    target_at=None if target_s is None else now + target_s, kind=kind)
+        walk = Walk(self.ladder, give_up_at=now + self.ladder.policy.pending_timeout_s,
+                    never=never, target_at=None if target_s is None else now + target_s,
+                    kind=kind)
         return walk, RequestView(self._state, selector, self.book)
 
     def next_step(self, walk: Walk, view: RequestView) -> Step:

@@ -208,3 +208,26 @@ def test_watch_prints_a_report_per_interval_until_interrupted() -> None:
         _watch(Reader(), as_json=True, interval=0.01)  # type: ignore[arg-type]
         lines = streams[0].getvalue().decode().splitlines()
     assert len(lines) == 3 and all(json.loads(line) == REPORT for line in lines)
+
+
+def test_a_slow_rung_shows_as_slow_with_its_reason() -> None:
+    from rich.console import Console
+
+    from ray_ladder.cli.status_cmd import report_view
+
+    serve_entry = {
+        "part": "serve", "source": "web", "ladder": "web", "current": "a100",
+        "current_index": 1, "degraded_s": 4.0, "age_s": 0.1,
+        "slow": {"h100": "its replicas took 1.70s against the 1s target (queue left out) "
+                         "for 1.5s"},
+        "rungs": [{"name": "h100", "kind": "compute", "obtainable": False, "nodes": 1,
+                   "replicas": 1, "served_1m": 3, "share_1m": 0.1, "hook_role": None},
+                  {"name": "a100", "kind": "compute", "obtainable": True, "nodes": 1,
+                   "replicas": 1, "served_1m": 27, "share_1m": 0.9, "hook_role": None}],
+        "last_transitions": []}
+    console = Console(record=True, width=140)
+    console.print(report_view({**REPORT, "ladders": [serve_entry]}))
+    text = console.export_text()
+    row = next(line for line in text.splitlines() if "h100" in line and "compute" in line)
+    assert [c.strip() for c in row.split("│")][3] == "slow"
+    assert "h100 is slow: its replicas took 1.70s against the 1s target" in text

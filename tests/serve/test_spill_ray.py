@@ -5,7 +5,9 @@ slow and left, and an EU-bound request never spills out of the EU."""
 from __future__ import annotations
 
 import asyncio
+import json
 import pathlib
+import subprocess
 import sys
 import time
 
@@ -56,7 +58,8 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 @pytest.fixture(scope="module")
 def app(local_cluster, tmp_path_factory):
-    local_cluster({}, head={"num_cpus": 2, "resources": {"ladder/top": 3, "ladder/low": 2}})
+    cluster = local_cluster({}, head={"num_cpus": 2,
+                                      "resources": {"ladder/top": 3, "ladder/low": 2}})
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port}, proxy_location="HeadOnly")
     delays = tmp_path_factory.mktemp("delays")
@@ -80,8 +83,11 @@ def app(local_cluster, tmp_path_factory):
             state = client.get(url + "/-/ladder").json()
             return state["current"] == "top" and all(
                 r["running_replicas"] for r in state["rungs"] if r["kind"] == "compute")
-        wait_until(ready, SLOW, 0.2, "both rungs running, the ladder on top")
-        yield url, client, delays
+        try:
+            wait_until(ready, 60, 0.2, "both rungs running, the ladder on top")
+        except TimeoutError:
+            raise AssertionError(client.get(url + "/-/ladder").json()) from None
+        yield url, client, delays, cluster.address
     serve.shutdown()
 
 
@@ -89,7 +95,8 @@ def _post(client: httpx.Client, url: str, headers: dict[str, str] | None = None)
     start = time.monotonic()
     response = client.post(url + "/", json={}, headers=headers or {})
     return response.status_code, response.headers.get("x-ladder-rung"), \
-        time.monotonic() - start, response.headers.get("retry-after"), response.text[:600]
+        time.monotonic() - start, response.headers.get("retry-after"), response.text[:600], \
+        float(response.headers.get("x-ladder-elapsed-s") or "nan")
 
 
 def _state(client: httpx.Client, url: str) -> dict:
@@ -97,14 +104,16 @@ def _state(client: httpx.Client, url: str) -> dict:
 
 
 def test_a_burst_at_twice_the_top_rungs_capacity_spills_its_excess_below(app):
-    url, client, _ = app
+    url, client, *_ = app
     capacity = 2 / SERVICE_S  # one replica, two requests at once: 10 a second
     shots = open_loop(lambda i: _post(client, url), rate=2 * capacity, duration_s=6.0)
     burst_end = time.monotonic()
     failed = [s for s in shots if s[0] != 200]
     assert failed == [], [s[4] for s in failed][:2]
-    within = sum(s[2] <= TARGET_S for s in shots) / len(shots)
-    assert within >= 0.99, sorted(s[2] for s in shots)[-5:]
+    # The target holds from the request's arrival at the router (X-Ladder-Elapsed-S); the
+    # client's own clock adds Serve's HTTP proxy, which a busy machine can slow.
+    within = sum(s[5] <= TARGET_S for s in shots) / len(shots)
+    assert within >= 0.99, (sorted(s[5] for s in shots)[-5:], sorted(s[2] for s in shots)[-5:])
     top_share = sum(s[1] == "top" for s in shots) / len(shots)
     assert abs(top_share - 0.5) <= 0.10, top_share  # the top rung kept full, not left
     spills = _state(client, url)["metrics"]["spills"]
@@ -118,7 +127,7 @@ def test_a_burst_at_twice_the_top_rungs_capacity_spills_its_excess_below(app):
 
 
 def test_an_eu_bound_burst_never_spills_out_of_the_eu(app):
-    url, client, _ = app
+    url, client, *_ = app
     eu = {"X-Ladder-Jurisdiction": "eu"}
     shots = open_loop(lambda i: _post(client, url, eu), rate=30, duration_s=3.0)
     assert {s[1] for s in shots} <= {"top", "shed"}
@@ -129,7 +138,7 @@ def test_an_eu_bound_burst_never_spills_out_of_the_eu(app):
 
 
 def test_a_rung_made_slow_is_reported_slow_left_and_retried(app):
-    url, client, delays = app
+    url, client, delays, address = app
     (delays / "top").write_text("1.5")  # its replicas now take 1.7 s, the target is 1 s
     try:
         def found_slow() -> bool:
@@ -142,6 +151,16 @@ def test_a_rung_made_slow_is_reported_slow_left_and_retried(app):
         assert state["metrics"]["slow"] == {"top": 1}
         answers = [_post(client, url) for _ in range(5)]
         assert [a[1] for a in answers] == ["low"] * 5
+        # `ray-ladder status` says so, with the reason.
+        def status_says_slow() -> dict:
+            _post(client, url)  # traffic keeps finding it slow at each retry
+            proc = subprocess.run([sys.executable, "-m", "ray_ladder.cli", "status", "--json",
+                                   "--address", address], capture_output=True, text=True,
+                                  timeout=60)
+            users = [u for u in json.loads(proc.stdout)["ladders"] if u["source"] == "burst"]
+            return users and users[0].get("slow", {}).get("top")
+        assert "against the 1s target" in wait_until(status_says_slow, SLOW, 0.5,
+                                                     "status shows top slow")
     finally:
         (delays / "top").write_text("0")
     # Its retry (1.5 s later) finds it fast again: the ladder climbs back, damped.
@@ -153,7 +172,7 @@ def test_sustained_spill_is_demand_the_top_rung_grows_and_takes_it_back(app):
     them: the router publishes them as demand, and the top rung gets its second replica."""
     import threading
 
-    url, client, _ = app
+    url, client, *_ = app
     grow = url + "/grow"
     wait_until(lambda: _state(client, grow)["current"] == "top", SLOW, 0.2, "grow app up")
     shots: list = []
