@@ -97,19 +97,25 @@ class RungCaller:
         for rung, count in replicas.items():
             self.places.set_capacity(rung, count * self.book.places_per_replica(rung))
 
-    async def _place(self, rung: str, down: asyncio.Future[None]) -> bool:
+    async def _place(self, rung: str, down: asyncio.Future[None],
+                     leave_s: float | None = None) -> bool:
         """Wait for a place on ``rung`` in the router's queue (``True``: one was taken
-        and is given back when the request ends); RungFailed when the rung goes."""
+        and is given back when the request ends); RungFailed when the rung goes, or
+        (cause ``busy``, not down) when no place freed within ``leave_s``."""
         take = asyncio.ensure_future(self.places.take(rung))
         try:
-            done, _ = await asyncio.wait((take, down), return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait((take, down), timeout=leave_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             take.cancel()
             raise
         if take in done:
             return take.result()
         take.cancel()
-        raise RungFailed("rung went down while the request waited for a place")
+        if down in done:
+            raise RungFailed("rung went down while the request waited for a place")
+        raise RungFailed(f"no place on {rung} within {leave_s:.2f}s (left its queue to "
+                         "fall back in time)", timeout=True, cause="busy")
 
     def alive_within(self, rung: str, seconds: float) -> bool:
         """Whether a replica of ``rung`` took or answered a request or ping in the last
@@ -156,8 +162,8 @@ class RungCaller:
     async def stream(self, rung: str, request: Any, *, warm: bool, give_up_s: float | None,
                      elsewhere: Callable[[], bool] = lambda: True,
                      late_s: float | None = None,
-                     may_move: Callable[[], bool] = lambda: False
-                     ) -> AsyncGenerator[Any, None]:
+                     may_move: Callable[[], bool] = lambda: False,
+                     leave_s: float | None = None) -> AsyncGenerator[Any, None]:
         """Stream ``request`` from ``rung``'s ``ladder_generate``: the pieces, as they come.
 
         Raises :class:`RungFailed` when the rung is lost before or during the stream (its
@@ -174,7 +180,7 @@ class RungCaller:
         sent = asyncio.get_running_loop().time()
         ahead = book.sent(rung) if book is not None else 0
         try:
-            placed = await self._place(rung, down)
+            placed = await self._place(rung, down, leave_s)
         except BaseException:
             if book is not None:
                 book.ended(rung)

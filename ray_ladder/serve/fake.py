@@ -106,8 +106,8 @@ class FakeRungCaller:
                      give_up_s: float | None = None,
                      elsewhere: Callable[[], bool] = lambda: True,
                      late_s: float | None = None,
-                     may_move: Callable[[], bool] = lambda: False
-                     ) -> AsyncGenerator[Any, None]:
+                     may_move: Callable[[], bool] = lambda: False,
+                     leave_s: float | None = None) -> AsyncGenerator[Any, None]:
         """Stream ``rung``'s pieces, at most the request's ``max_tokens`` (as a rung
         does), raising :class:`RungFailed` as the real caller does when lost."""
         self.sent.append(rung)

@@ -167,6 +167,8 @@ class RungLoad:
         first_s: Average seconds from a replica taking a stream to its first piece.
         per_place_s: Average wait for a replica per request ahead, of requests that
             queued (``None``: none queued yet).
+        take_s: Average seconds from sending a request that had a free place to a
+            replica taking it (Serve's routing: part of every answer's time).
         slots: Its places at the last estimate (RUNNING replicas x max ongoing).
         slow: Its slow state.
     """
@@ -175,6 +177,7 @@ class RungLoad:
     service_s: float | None = None
     first_s: float | None = None
     per_place_s: float | None = None
+    take_s: float | None = None
     slots: int = 0
     slow: SlowState = field(default_factory=SlowState)
     #: The retry of the current slow spell has begun (its old estimate is forgotten).
@@ -225,9 +228,11 @@ class LoadBook:
     def taken(self, rung: str, wait_s: float, ahead: int) -> None:
         """A replica of ``rung`` took a request ``wait_s`` after it was sent with
         ``ahead`` requests ahead of it (:meth:`sent`)."""
+        load = self.rungs[rung]
         if ahead > 0:
-            load = self.rungs[rung]
             load.per_place_s = _average(load.per_place_s, wait_s / ahead)
+        else:
+            load.take_s = _average(load.take_s, wait_s)
 
     def ended(self, rung: str) -> None:
         """A request (or stream) on ``rung`` ended, answered or not."""
@@ -289,7 +294,8 @@ class LoadBook:
         self._review(rung, load, kind, now)
         load.slots = slots = replicas * self._slots[rung]
         first = load.first_s if kind == "first" else None
-        return expected_s(load.in_flight, slots, load.service_s, first, load.per_place_s)
+        return (load.take_s or 0.0) + expected_s(load.in_flight, slots, load.service_s,
+                                                 first, load.per_place_s)
 
     def spilled(self, rung: str, now: float) -> None:
         """A request passed over ``rung`` for its target at ``now``."""

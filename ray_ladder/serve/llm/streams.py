@@ -166,7 +166,9 @@ class StreamDriver:
             give_up_s=caller.assign_timeout_s if first_try else None,
             elsewhere=lambda: view.has_other_compute(name, walk.excluded),
             late_s=late.late_s if late.moves_left > 0 else None,
-            may_move=lambda: self._may_move(view, walk, name))
+            may_move=lambda: self._may_move(view, walk, name),
+            leave_s=None if walk.leave_at is None or not first_try
+            else max(0.0, walk.leave_at - self.router.now()))
         async for text in stream:
             record.tokens[name] = record.tokens.get(name, 0) + 1
             cut = first_stop(record.text + text, request.stop, len(record.text))
