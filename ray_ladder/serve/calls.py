@@ -287,6 +287,26 @@ class RungCaller:
         await self._send(self._ping[rung], rung, (), timeout_s, timeout_s, lambda: True,
                          assigned, counted=False)
 
+    async def _until_taken(self, rung: str, waiting: asyncio.Future[Any],
+                           down: asyncio.Future[None], dead_s: float,
+                           elsewhere: Callable[[], bool]) -> Any:
+        """The replica's result once one took the request; RungFailed when the rung
+        went down, or stayed silent ``dead_s`` while another rung could take it."""
+        loop = asyncio.get_running_loop()
+        window = loop.time()
+        while True:
+            done, _ = await asyncio.wait((waiting, down), timeout=dead_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if waiting in done:
+                return waiting.result()
+            if down in done:
+                raise RungFailed("rung went down while the request waited for a replica")
+            if self._last_alive.get(rung, -1.0) < window and elsewhere():
+                raise RungFailed(f"no replica took the request within {dead_s:g}s "
+                                 "and the rung showed no sign of life meanwhile",
+                                 timeout=True)
+            window = loop.time()
+
     async def _send(self, handle: Any, rung: str, args: tuple[Any, ...], dead_s: float,
                     answer_s: float | None, elsewhere: Callable[[], bool],
                     assigned: asyncio.Future[None], counted: bool = True) -> Any:
@@ -307,20 +327,7 @@ class RungCaller:
         waiting: asyncio.Future[Any] = asyncio.ensure_future(
             ray_private.replica_assigned(response))
         try:
-            window = loop.time()
-            while True:
-                done, _ = await asyncio.wait((waiting, down), timeout=dead_s,
-                                             return_when=asyncio.FIRST_COMPLETED)
-                if waiting in done:
-                    break
-                if down in done:
-                    raise RungFailed("rung went down while the request waited for a replica")
-                if self._last_alive.get(rung, -1.0) < window and elsewhere():
-                    raise RungFailed(f"no replica took the request within {dead_s:g}s "
-                                     "and the rung showed no sign of life meanwhile",
-                                     timeout=True)
-                window = loop.time()
-            replica_result = waiting.result()
+            replica_result = await self._until_taken(rung, waiting, down, dead_s, elsewhere)
             assigned.set_result(None)
             taken = self._last_alive[rung] = loop.time()
             if book is not None:

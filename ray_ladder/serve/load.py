@@ -265,12 +265,20 @@ class LoadBook:
                                                   self._backoff), now)
 
     def _review(self, rung: str, load: RungLoad, kind: str, now: float) -> None:
-        """Between answers: a rung whose estimate stays over the target is slow too."""
+        """Between answers: a rung whose estimate (routing and service, the queue left
+        out) stays over the target is slow too, however it got there: a stall that made
+        Serve slow to take requests is forgotten only at a retry."""
         target = self._targets[kind]
-        if target is not None:
-            estimate = load.first_s if kind == "first" else load.service_s
-            self._note(rung, load, load.slow.reviewed(estimate, target, now,
-                                                      self.slow_after_s, self._backoff), now)
+        if target is None:
+            return
+        own = load.first_s if kind == "first" else load.service_s
+        estimate = None if own is None and load.take_s is None \
+            else (own or 0.0) + (load.take_s or 0.0)
+        if estimate is not None and estimate > target and load.slow.breach_since is None \
+                and load.slow.slow_since is None:
+            load.slow = replace(load.slow, breach_since=now)
+        self._note(rung, load, load.slow.reviewed(estimate, target, now,
+                                                  self.slow_after_s, self._backoff), now)
 
     def _note(self, rung: str, load: RungLoad, after: SlowState, now: float) -> None:
         before = load.slow
@@ -284,7 +292,7 @@ class LoadBook:
         """A slow rung past its retry delay: forget its estimate (its answers decide)."""
         if load.slow.on_trial(now) and not load.retrying:
             load.retrying = True
-            load.service_s = load.first_s = load.per_place_s = None
+            load.service_s = load.first_s = load.per_place_s = load.take_s = None
 
     def expected_s(self, rung: str, replicas: int, now: float, kind: str) -> float:
         """Seconds until a new request's answer (``kind`` ``answer``) or first piece

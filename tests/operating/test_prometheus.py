@@ -46,7 +46,8 @@ pytestmark = [
 
 WEB = Ladder.from_yaml("""
 name: prom-web
-policy: {probe_interval_s: 0.25, pending_timeout_s: 5, max_degraded_seconds: 2}
+policy: {probe_interval_s: 0.25, pending_timeout_s: 5, max_degraded_seconds: 2,
+         targets: {answer_s: 0.5, slow_after_s: 0.5}}
 rungs:
   - {name: h100, resources: {ladder/h100: 1}, cost_per_hour: 10}
   - {name: a100, resources: {ladder/a100: 1}, quality: 0.8, cost_per_hour: 4,
@@ -76,6 +77,8 @@ class Model:
         self.rung = rung
 
     def __call__(self, payload):
+        if isinstance(payload, dict) and isinstance(payload.get("sleep"), float):
+            time.sleep(payload["sleep"])  # a slow answer (the ladder's target is 0.5 s)
         return {"rung": self.rung.name, "echo": payload}
 
 
@@ -262,6 +265,19 @@ def run(local_cluster, tmp_path_factory) -> Iterator[dict[str, Any]]:
                        "a request the stalled h100 replica did not take, hedged")
         finally:
             os.kill(stalled, signal.SIGCONT)
+        wait_until(lambda: router()["current"] == "h100", SLOW, 0.2, "back on h100")
+        # Requests that take h100 1 s, past the ladder's 0.5 s target: the next ones spill
+        # past it (ray_ladder_spills_total) and it is found slow (ray_ladder_slow_total),
+        # then retried and climbed back to.
+        slow_posts = [threading.Thread(target=http.post, args=(f"http://127.0.0.1:{port}/",),
+                                       kwargs={"json": {"sleep": 1.0}}) for _ in range(3)]
+        for thread in slow_posts:
+            thread.start()
+        for thread in slow_posts:
+            thread.join(timeout=SLOW)
+        wait_until(lambda: router()["metrics"]["slow"].get("h100", 0) >= 1
+                   and router()["metrics"]["spills"].get("h100", 0) >= 1, SLOW, 0.1,
+                   "h100 spilled past and found slow")
         wait_until(lambda: router()["current"] == "h100", SLOW, 0.2, "still on h100")
         cluster.remove_node(cluster.nodes("h100")[0])  # SIGKILL: a preemption
         fall = time.time()

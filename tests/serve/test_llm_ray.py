@@ -220,12 +220,18 @@ def test_bad_requests_get_4xx_in_openai_shape_and_the_router_keeps_serving(healt
     assert state["current"] == "h100" and state["probe_errors"] == 0
 
 
-def test_twenty_streams_survive_the_kill_of_their_node_then_climb_back(healthy):
-    streams = [Stream() for _ in range(20)]
-    threads = [threading.Thread(target=read_stream, args=(healthy.url, chat(max_tokens=80)),
+def run_streams(url: str, n: int, body: dict,
+                headers: dict | None = None) -> tuple[list[Stream], list[threading.Thread]]:
+    streams = [Stream() for _ in range(n)]
+    threads = [threading.Thread(target=read_stream, args=(url, body, headers),
                                 kwargs={"out": s}) for s in streams]
     for thread in threads:
         thread.start()
+    return streams, threads
+
+
+def test_twenty_streams_survive_the_kill_of_their_node_then_climb_back(healthy):
+    streams, threads = run_streams(healthy.url, 20, chat(max_tokens=80))
     wait_until(lambda: all(len(s.chunks) >= 10 for s in streams), SLOW, 0.05,
                "every stream under way on h100")
     killed_at = time.monotonic()
@@ -247,16 +253,6 @@ def test_twenty_streams_survive_the_kill_of_their_node_then_climb_back(healthy):
     # its first request (a stream does not wait for a silent replica); then h100 serves.
     wait_until(lambda: {c[1] for c in read_stream(healthy.url, chat(max_tokens=3)).chunks}
                == {"h100"}, 30, 0.1, "new streams on h100")
-
-
-def run_streams(url: str, n: int, body: dict,
-                headers: dict | None = None) -> tuple[list[Stream], list[threading.Thread]]:
-    streams = [Stream() for _ in range(n)]
-    threads = [threading.Thread(target=read_stream, args=(url, body, headers),
-                                kwargs={"out": s}) for s in streams]
-    for thread in threads:
-        thread.start()
-    return streams, threads
 
 
 def test_a_late_piece_moves_streams_before_ray_reports_their_node_dead(healthy):

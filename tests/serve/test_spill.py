@@ -252,3 +252,17 @@ def test_a_burst_shorter_than_half_the_window_is_not_demand_yet() -> None:
     for i in range(20):
         book.spilled("h100", 6.0 + i / 5)
     assert book.wanted_replicas({"h100": 1}, now=10.0) == {}
+
+
+def test_a_rung_serve_was_slow_to_route_to_is_found_slow_and_retried_afresh() -> None:
+    # A stall: requests waited 3 s for a replica with a free place; no answer breaches,
+    # but every request spills past it. Found slow after slow_after_s, then retried with
+    # its estimate forgotten (else it would be spilled past forever).
+    found = []
+    book = _book(on_slow=lambda *a: found.append(a))
+    ahead = book.sent("h100")
+    book.taken("h100", 3.0, ahead)
+    assert book.expected_s("h100", 1, now=0.0, kind="answer") >= 3.0
+    book.expected_s("h100", 1, now=5.0, kind="answer")
+    assert [r for r, *_ in found] == ["h100"]
+    assert book.expected_s("h100", 1, now=10.0, kind="answer") == 0.0  # retried afresh
