@@ -58,8 +58,8 @@ if TYPE_CHECKING:
     from ray_ladder.serve.state import RouterState
 
 #: A request that queues on a full rung keeps this many times the next rung's expected
-#: time to fall back there (it leaves the queue then: Serve's handle polls full replicas
-#: with a backoff, so a queue's wait is the least certain part of an estimate).
+#: time to fall back there (it leaves the queue then: a queue's wait is the least certain
+#: part of an estimate).
 RESERVE = 1.5
 NO_RUNG = "no eligible rung is obtainable"
 CACHE_MISS = "no fresh cached answer for this request"
