@@ -25,6 +25,7 @@ _COMMANDS = {
     "timeline": "ray_ladder.cli.timeline_cmd:timeline",
     "grafana": "ray_ladder.cli.grafana_cmd:grafana",
     "fleet": "ray_ladder.cli.fleet_cmd:fleet",
+    "submit": "ray_ladder.cli.submit_cmd:submit",
 }
 
 

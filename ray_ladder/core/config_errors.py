@@ -11,14 +11,17 @@ from pydantic import ValidationError
 from ray_ladder.core.exceptions import ConfigIssue
 
 _VALID_KEYS = {
-    "ladder": "schema_version, name, description, rungs, policy",
+    "ladder": "schema_version, name, description, rungs, policy, clusters, data",
     "rungs": "name, kind, resources, num_gpus, num_cpus, accelerator_type, label_selector, "
-    "quality, cost_per_hour, tags, params, standby_replicas, cache, capacity, train",
+    "quality, cost_per_hour, tags, params, standby_replicas, cache, capacity, train, cluster, "
+    "data",
     "policy": "promotion_hysteresis, max_degraded_seconds, probe_interval_s, "
     "pending_timeout_s, retry_after_s",
     "cache": "max_entries, ttl_s",
     "capacity": "type, reservation, max_wait_s, max_run_s, start, end, leave_before_s",
     "train": "workers, resources_per_worker",
+    "data": "name, region, read_gb_per_hour, stays, jurisdiction (the ladder's); region, "
+    "transfer_gb_per_s, egress_per_gb (a rung's)",
 }
 
 #: The same for a fleet file (core/fleet.py); a shared rung's keys are under its name.

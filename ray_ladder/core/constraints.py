@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -142,3 +142,22 @@ class Constraints(BaseModel):
     def key(self) -> tuple[object, ...]:
         """A hashable key (used by caches keyed on constraints)."""
         return (self.jurisdiction, self.max_cost_per_hour, self.min_quality, self.sites)
+
+
+def check_known(constraints: Constraints, rungs: Iterable[RungFacts], ladder: str) -> None:
+    """Raise :class:`InvalidConstraintsError` for a jurisdiction or site none of ``rungs``
+    (of ladder ``ladder``) carries in its tags."""
+    from ray_ladder.core.exceptions import InvalidConstraintsError
+
+    rungs = list(rungs)
+    if constraints.jurisdiction is not None:
+        known = sorted({r.tags["jurisdiction"] for r in rungs if "jurisdiction" in r.tags})
+        if constraints.jurisdiction not in known:
+            raise InvalidConstraintsError(f"unknown jurisdiction {constraints.jurisdiction!r} "
+                                          f"for ladder {ladder!r}; known: {known}")
+    if constraints.sites is not None:
+        known = sorted({r.tags["site"] for r in rungs if "site" in r.tags})
+        unknown = [s for s in constraints.sites if s not in known]
+        if unknown:
+            raise InvalidConstraintsError(
+                f"unknown site(s) {unknown} for ladder {ladder!r}; known: {known}")

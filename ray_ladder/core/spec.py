@@ -17,10 +17,18 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from ray_ladder.core.capacity_type import CapacitySpec, check_rung_capacity
+from ray_ladder.core.clusters import (
+    ClusterSpec,
+    DataSpec,
+    RungData,
+    cluster_tag_issues,
+    inherit_cluster_tags,
+    work_cost,
+)
 from ray_ladder.core.config_errors import issues_from_validation_error
-from ray_ladder.core.constraints import Constraints
+from ray_ladder.core.constraints import Constraints, check_known
 from ray_ladder.core.documents import load_document, parse_json, parse_yaml
-from ray_ladder.core.exceptions import ConfigError, ConfigIssue, InvalidConstraintsError
+from ray_ladder.core.exceptions import ConfigError, ConfigIssue
 from ray_ladder.core.latency import LatencyTargets
 from ray_ladder.core.spec_rules import (
     RungFacts,
@@ -150,6 +158,10 @@ class Rung(BaseModel):
     )
     capacity: CapacitySpec | None = Field(None, description="How its nodes are bought: "
                                           "on-demand, spot, reservation, queued, block.")
+    cluster: str | None = Field(None, description="The cluster it lives on (a name under "
+                                "the ladder's clusters:); default: the driver's own.")
+    data: RungData | None = Field(None, description="Where it is from the ladder's data: "
+                                  "region, transfer_gb_per_s, egress_per_gb.")
 
     @property
     def is_compute(self) -> bool:
@@ -249,6 +261,15 @@ class Ladder(BaseModel):
     description: str = Field("", description="Free text.")
     rungs: list[Rung] = Field(min_length=1, description="Rungs, best first.")
     policy: Policy = Field(default_factory=Policy, description="How the ladder moves.")
+    clusters: dict[str, ClusterSpec] = Field(
+        default_factory=dict, description="Ray clusters its rungs live on, by name.")
+    data: DataSpec | None = Field(None, description="The data its work reads and where it "
+                                  "may go (binds every piece of work).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rungs_take_cluster_tags(cls, data: Any) -> Any:
+        return inherit_cluster_tags(data)
 
     @model_validator(mode="after")
     def _check_rungs(self) -> Ladder:
@@ -256,6 +277,9 @@ class Ladder(BaseModel):
         for rule in ladder_rules([RungFacts(r.name, r.kind, r.quality)
                                   for r in self.rungs])[:1]:
             raise as_error(rule)
+        raw = [r.model_dump(include={"cluster", "tags"}) for r in self.rungs]
+        for issue in cluster_tag_issues(raw, self.clusters)[:1]:
+            raise as_error(issue)
         return self
 
     # --- loading -------------------------------------------------------------------------
@@ -325,9 +349,22 @@ class Ladder(BaseModel):
         Example:
             >>> ladder.eligible(Constraints(jurisdiction="eu"))  # doctest: +SKIP
         """
-        if constraints is None or constraints.empty:
+        bound = self.data.constraints() if self.data is not None else None
+        if (constraints is None or constraints.empty) and bound is None:
             return list(self.rungs)
-        return [r for r in self.rungs if constraints.allows(r)]
+        return [r for r in self.rungs if (bound is None or bound.allows(r)) and (
+            constraints is None or constraints.allows(self._costed(r)))]
+
+    def work_cost_per_hour(self, name: str) -> float:
+        """What an hour of work costs on rung ``name``, moving the ladder's data counted
+        (:func:`ray_ladder.core.clusters.work_cost`); its ``cost_per_hour`` without data."""
+        rung = self.rung(name)
+        return work_cost(rung.cost_per_hour, rung.data, self.data).cost_per_hour
+
+    def _costed(self, rung: Rung) -> Rung:
+        cost = work_cost(rung.cost_per_hour, rung.data, self.data).cost_per_hour
+        return rung if cost == rung.cost_per_hour else rung.model_copy(
+            update={"cost_per_hour": cost})
 
     def check_constraints(self, constraints: Constraints) -> None:
         """Raise :class:`InvalidConstraintsError` for values no rung of this ladder knows.
@@ -335,22 +372,7 @@ class Ladder(BaseModel):
         A jurisdiction or site that no rung carries can never be satisfied: it is a
         caller's mistake (HTTP 400), not a capacity problem (503).
         """
-        if constraints.jurisdiction is not None:
-            known = sorted({r.tags["jurisdiction"] for r in self.rungs
-                            if "jurisdiction" in r.tags})
-            if constraints.jurisdiction not in known:
-                raise InvalidConstraintsError(
-                    f"unknown jurisdiction {constraints.jurisdiction!r} for ladder "
-                    f"{self.name!r}; known: {known}"
-                )
-        if constraints.sites is not None:
-            known = sorted({r.tags["site"] for r in self.rungs if "site" in r.tags})
-            unknown = [s for s in constraints.sites if s not in known]
-            if unknown:
-                raise InvalidConstraintsError(
-                    f"unknown site(s) {unknown} for ladder {self.name!r}; known: {known}"
-                )
-
+        check_known(constraints, self.rungs, self.name)
 
 def load_ladder(path: str | Path) -> Ladder:
     """Load a ladder from a YAML or JSON file.

@@ -179,7 +179,7 @@ def simulate(
     oracle_rep = replay(ladder, timeline, hysteresis=1, constraints=constraints)
     names = oracle_rep.names
     quality = [ladder.rung(n).quality for n in names]
-    cost = [ladder.rung(n).cost_per_hour for n in names]
+    cost = [ladder.work_cost_per_hour(n) for n in names]  # the data's move counted
     serves = serving_rungs(ladder, names)
     obtainable = [timeline.obtainable_ticks(n) if n in timeline.names else timeline.ticks
                   for n in names]
@@ -328,7 +328,7 @@ def _rung_rows(ladder: Ladder, names: list[str], timeline: Timeline,
         rung = ladder.rung(name)
         rows.append({
             "name": name, "kind": rung.kind, "quality": rung.quality,
-            "cost_per_hour": rung.cost_per_hour,
+            "cost_per_hour": ladder.work_cost_per_hour(name),
             "warm": name in warm_list or not rung.is_compute,
             "trace": ordered[name].source if name in timeline.names else "always (no trace)",
             "need": need_by_rung.get(name, 1),
