@@ -119,6 +119,9 @@ class LocalCluster:
             scripts turn it off so stdout carries their JSON alone.
         include_dashboard: Run Ray's dashboard on the head (on a free 127.0.0.1 port); it
             writes the Prometheus service-discovery file of the session.
+        temp_dir: Ray's temp directory for this cluster (default: Ray's, ``/tmp/ray``).
+            Two clusters on one machine need one each: a job's driver finds "its"
+            cluster through the temp directory's ``ray_current_cluster`` file.
 
     Example:
         >>> with LocalCluster({"h100": {"resources": {"ladder/h100": 1}}}) as cluster:
@@ -138,6 +141,7 @@ class LocalCluster:
         namespace: str | None = None,
         log_to_driver: bool = True,
         include_dashboard: bool = False,
+        temp_dir: str | None = None,
     ) -> None:
         self.node_types = {name: NodeType.coerce(t) for name, t in node_types.items()}
         if HEAD_TYPE in self.node_types:
@@ -154,6 +158,7 @@ class LocalCluster:
         self.namespace = namespace
         self.log_to_driver = log_to_driver
         self.include_dashboard = include_dashboard
+        self.temp_dir = temp_dir
         self._cluster: Any = None
         self._nodes: list[NodeHandle] = []
         self.head: NodeHandle | None = None
@@ -214,6 +219,7 @@ class LocalCluster:
                        if self.include_dashboard else {}),
                     "_system_config": self.system_config,
                     "gcs_server_port": port,
+                    **({"temp_dir": self.temp_dir} if self.temp_dir else {}),
                 },
             )
             node = self._cluster.head_node

@@ -27,9 +27,10 @@ MAY_IMPORT = {
     "tune": {"core", "cluster", "_lazy"},
     "train": {"core", "cluster", "_lazy"},
     "fleet": {"core", "cluster"},
+    "jobs": {"core", "cluster", "testing"},
     "autoscale": {"core", "cluster", "testing", "_lazy"},
     "simulate": {"core", "ray_ladder", "_lazy"},
-    "cli": {"core", "node", "cluster", "autoscale", "simulate", "fleet", "_lazy"},
+    "cli": {"core", "node", "cluster", "autoscale", "simulate", "fleet", "jobs", "_lazy"},
     "demo": {"core", "cluster", "serve", "task", "tune", "fleet", "testing", "ladders", "_lazy"},
 }
 MAX_LINES = 400

@@ -326,3 +326,12 @@ def object_exists(ref: Any, memory_store_only: bool = False) -> bool:
 
     return bool(global_worker.core_worker.object_exists(  # type: ignore[attr-defined]
         ref, memory_store_only=memory_store_only))
+
+
+def write_current_cluster(address: str, temp_dir: str) -> None:
+    """Record ``address`` as the cluster of ``temp_dir`` (its ``ray_current_cluster`` file,
+    which ``ray start --head`` writes): a job's driver resolves "its" cluster from it, so
+    two clusters on one machine, each with its own temp directory, each need theirs."""
+    from ray._private.utils import write_ray_address
+
+    write_ray_address(address, temp_dir)

@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from ray_ladder.core.constraints import Constraints
 
@@ -37,7 +38,8 @@ class ClusterSpec(BaseModel):
         jurisdiction: The jurisdiction its nodes are in (``tags.jurisdiction``).
         poll_interval_s: Seconds between two readings of its capacity and jobs.
         stale_after_s: A capacity reading older than this is not trusted: the cluster's
-            rungs count unobtainable until it answers again.
+            rungs count unobtainable until it answers again (default 10 s, or
+            ``lost_after_s`` when shorter; never longer than it).
         lost_after_s: A cluster that has not answered for this long is lost: work placed
             there is placed again elsewhere.
     """
@@ -51,9 +53,24 @@ class ClusterSpec(BaseModel):
     site: str | None = Field(None, description="Site of its nodes (rungs' tags.site).")
     jurisdiction: str | None = Field(None, description="Jurisdiction of its nodes.")
     poll_interval_s: float = Field(1.0, gt=0, description="Seconds between two readings.")
-    stale_after_s: float = Field(10.0, gt=0, description="A reading older than this is "
-                                 "not trusted (its rungs count unobtainable).")
+    stale_after_s: float | None = Field(None, gt=0, description="A reading older than this "
+                                        "is not trusted (default: 10 s or lost_after_s).")
     lost_after_s: float = Field(15.0, gt=0, description="Not answering this long: lost.")
+
+    @model_validator(mode="after")
+    def _stale_before_lost(self) -> ClusterSpec:
+        if self.stale_after_s is not None and self.stale_after_s > self.lost_after_s:
+            raise PydanticCustomError(
+                "ladder_rule", "stale_after_s {value} is longer than lost_after_s",
+                {"path": "stale_after_s", "value": self.stale_after_s,
+                 "fix": f"set stale_after_s <= lost_after_s ({self.lost_after_s:g}): a lost "
+                 "cluster's rungs are unobtainable"})
+        return self
+
+    @property
+    def stale_s(self) -> float:
+        """Seconds a reading is trusted (``stale_after_s``, else 10 s or ``lost_after_s``)."""
+        return self.stale_after_s or min(10.0, self.lost_after_s)
 
     def tags(self) -> dict[str, str]:
         """The tags a rung on this cluster carries (site and jurisdiction, where set)."""

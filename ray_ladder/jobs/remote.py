@@ -76,7 +76,7 @@ class RemoteCluster:
 
     def fresh(self, now: float) -> bool:
         """Whether its last reading is recent enough to trust."""
-        return self.read_at is not None and now - self.read_at <= self.spec.stale_after_s
+        return self.read_at is not None and now - self.read_at <= self.spec.stale_s
 
     def lost(self, now: float) -> bool:
         """Whether it has not answered for ``lost_after_s``."""

@@ -95,6 +95,7 @@ class LadderJob:
         self.state = Run()
         self.events: list[JobEvent] = []
         self._last_state: JobState = "NONE"
+        self._failed_at: float | None = None
         self._log_seen = 0
         self._waiting = ""
         self._adopt()
@@ -109,7 +110,8 @@ class LadderJob:
             if not rung.is_compute or rung.cluster is None or rung.name not in eligible:
                 continue
             cluster = self.clusters[rung.cluster]
-            out[rung.name] = cluster.fresh(now) and rung_capacity(rung, cluster.nodes).obtainable
+            out[rung.name] = (cluster.fresh(now) and not cluster.lost(now)
+                              and rung_capacity(rung, cluster.nodes).obtainable)
         return out
 
     def why_not(self, now: float) -> str:
@@ -151,8 +153,16 @@ class LadderJob:
         except Exception:  # not answering: keep the last state until it counts as lost
             cluster.forget_client()
             return self._last_state
-        self._last_state = status.rsplit(".", 1)[-1]  # type: ignore[assignment]
-        return self._last_state
+        state: JobState = status.rsplit(".", 1)[-1]  # type: ignore[assignment]
+        if state == "FAILED":
+            # A driver that died with its head is read FAILED an instant before the head
+            # stops answering: believe it only once the cluster answers a later reading
+            # (else the cluster is lost and the attempt with it).
+            failed_at = self._failed_at = self._failed_at or now
+            if cluster.read_at is None or cluster.read_at <= failed_at:
+                return self._last_state
+        self._last_state = state
+        return state
 
     # --- one step ------------------------------------------------------------------------
 
@@ -221,6 +231,7 @@ class LadderJob:
             "cluster": cluster.name, "placement": rung.placement(),
             "storage": self.store.uri})}
         self._last_state, self._log_seen, self._waiting = "PENDING", 0, ""
+        self._failed_at = None
         try:
             cluster.jobs().submit_job(
                 entrypoint=self.entrypoint, submission_id=sid,

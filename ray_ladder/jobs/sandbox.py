@@ -9,7 +9,10 @@ The S3 server is moto's, in server mode on loopback (``pip install 'moto[server]
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +21,7 @@ from typing import Any
 
 import psutil
 
+from ray_ladder.cluster import ray_private
 from ray_ladder.testing import LocalCluster, NodeHandle, free_port
 
 #: moto's documented fake credentials (moto accepts any; pyarrow's S3 client wants some).
@@ -38,6 +42,7 @@ def s3_server(bucket: str = "ladder") -> Iterator[str]:
     for key, value in FAKE_AWS.items():
         os.environ.setdefault(key, value)
     port = free_port()
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per S3 call
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     try:
@@ -60,6 +65,7 @@ class Site:
     cluster: LocalCluster
     gcs: str = ""
     head_killed: bool = False
+    temp_dir: str = ""
 
     @property
     def address(self) -> str:
@@ -103,16 +109,23 @@ class Site:
         """Stop what is left of the cluster."""
         with contextlib.suppress(Exception):
             self.cluster.shutdown()
+        if self.temp_dir:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 def start_site(name: str, *, gpu_nodes: int = 1) -> Site:
     """Start one site: a head (1 CPU) with the dashboard and ``gpu_nodes`` GPU nodes."""
+    # Its own temp directory: a job's driver joins the cluster named in the temp
+    # directory's ray_current_cluster file, which two clusters must not share.
+    temp_dir = tempfile.mkdtemp(prefix=f"ray-{name}-", dir="/tmp")
     cluster = LocalCluster({"gpu": {"num_cpus": 1, "resources": {GPU: 1}}},
                            initial={"gpu": gpu_nodes}, head={"num_cpus": 1},
-                           connect=False, include_dashboard=True, log_to_driver=False)
+                           connect=False, include_dashboard=True, log_to_driver=False,
+                           temp_dir=temp_dir)
     previous = os.environ.get("RAY_ADDRESS")
     cluster.start()
-    site = Site(name, cluster, gcs=os.environ.get("RAY_ADDRESS", ""))
+    site = Site(name, cluster, gcs=os.environ.get("RAY_ADDRESS", ""), temp_dir=temp_dir)
+    ray_private.write_current_cluster(cluster.address, temp_dir)
     # LocalCluster pins RAY_ADDRESS for its own processes; the next site pins its own.
     _restore("RAY_ADDRESS", previous)
     return site
@@ -137,17 +150,21 @@ def _restore(key: str, previous: str | None) -> None:
 
 @dataclass
 class JobWatch:
-    """Polls every site's Job Submission API and records when a run's jobs were RUNNING
-    on each: the evidence that a run never ran in two clusters at once.
+    """Polls every site's Job Submission API, and this machine's processes, and records
+    when a run's jobs were RUNNING on each site and how many of its drivers were alive: the
+    evidence that a run never ran in two clusters at once.
 
     Attributes:
-        samples: ``(time, {site: running submission ids})`` per poll.
+        script: The job's script path: the drivers counted are the live processes that
+            run ``python SCRIPT``.
+        samples: ``(time, {site: running submission ids}, live drivers)`` per poll.
     """
 
     sites: list[Site]
     run: str
+    script: str = ""
     interval_s: float = 0.1
-    samples: list[tuple[float, dict[str, list[str]]]] = field(default_factory=list)
+    samples: list[tuple[float, dict[str, list[str]], int]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -182,15 +199,30 @@ class JobWatch:
                 and str(j.status).rsplit(".", 1)[-1] == "RUNNING")
         return out
 
+    def drivers(self) -> int:
+        """Live processes running the job's script (0 without ``script``)."""
+        if not self.script:
+            return 0
+        count = 0
+        for proc in psutil.process_iter(["cmdline", "status"]):
+            cmdline = proc.info.get("cmdline") or []
+            # `python SCRIPT ...`: not the shell that starts it, not a runner naming it.
+            if (proc.info.get("status") != psutil.STATUS_ZOMBIE and len(cmdline) > 1
+                    and cmdline[1] == self.script):
+                count += 1
+        return count
+
     def overlap_s(self) -> float:
-        """Seconds during which two sites both had one of the run's jobs RUNNING."""
+        """Seconds during which two sites both had one of the run's jobs RUNNING, or two
+        of its drivers were alive."""
         total = 0.0
-        for (t0, seen), (t1, _) in zip(self.samples, self.samples[1:], strict=False):
-            if sum(1 for ids in seen.values() if ids) > 1:
+        for (t0, seen, drivers), (t1, _, _) in zip(self.samples, self.samples[1:],
+                                                   strict=False):
+            if sum(1 for ids in seen.values() if ids) > 1 or drivers > 1:
                 total += t1 - t0
         return total
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self.samples.append((time.monotonic(), self.running()))
+            self.samples.append((time.monotonic(), self.running(), self.drivers()))
             self._stop.wait(self.interval_s)
