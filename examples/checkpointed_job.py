@@ -7,7 +7,7 @@ committed checkpoint, runs its steps on the rung it was placed on, and checkpoin
         -- python examples/checkpointed_job.py
 
 Environment: ``TOTAL`` steps (150), ``EVERY`` steps between checkpoints (3), ``STEP_S``
-seconds per step (0.2).
+seconds per step (0.2); outside a run, ``PLACEMENT``: the Ray options of its worker (JSON).
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ class Stepper:
 def main() -> None:
     ray.init()  # in a job, RAY_ADDRESS names the cluster it runs on
     place = lj.job_place()
-    placement = place.placement if place else {}
+    # Outside a run (plain `ray job submit`), PLACEMENT (JSON) says where the work goes.
+    placement = place.placement if place else json.loads(os.environ.get("PLACEMENT", "{}"))
     ckpt = lj.get_checkpoint()
     step = 0
     if ckpt is not None:

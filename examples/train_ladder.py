@@ -316,8 +316,11 @@ class FitThread(threading.Thread):
         return self.result
 
 
-def make_trainer(ladder: Any, config: dict[str, Any], storage: str, **kwargs: Any) -> Any:
-    """A LadderTrainer of ``train_loop`` on ``ladder``, retrying lost nodes."""
+def make_trainer(ladder: Any, config: dict[str, Any], storage: str, *,
+                 storage_filesystem: Any = None, **kwargs: Any) -> Any:
+    """A LadderTrainer of ``train_loop`` on ``ladder``, retrying lost nodes; checkpoints
+    under ``storage`` (a local path, or a bucket path with ``storage_filesystem``, e.g.
+    ``pyarrow.fs.S3FileSystem(endpoint_override="10.0.0.9:9000", scheme="http")``)."""
     # ray.train.RunConfig is this class when RAY_TRAIN_V2_ENABLED=1 was set before the first
     # `import ray.train`; naming the v2 module works even when something imported it earlier.
     from ray.train.v2.api.config import FailureConfig, RunConfig
@@ -327,6 +330,7 @@ def make_trainer(ladder: Any, config: dict[str, Any], storage: str, **kwargs: An
     return LadderTrainer(
         train_loop, ladder=ladder, train_loop_config=config,
         run_config=RunConfig(name=f"digits-{uuid.uuid4().hex[:8]}", storage_path=storage,
+                             storage_filesystem=storage_filesystem,
                              failure_config=FailureConfig(max_failures=3)),
         **kwargs)
 

@@ -54,6 +54,9 @@ class RemoteCluster:
         read_at: When that reading was taken (the runner's clock; ``None``: never).
         since: When the runner began watching it (a cluster never read is lost only
             ``lost_after_s`` after this).
+        get: The HTTP GET of its state API (the seam a test fakes).
+        make_client: Makes its Job Submission client from the address (default: Ray's
+            ``JobSubmissionClient``; the seam a test fakes).
     """
 
     name: str
@@ -62,6 +65,7 @@ class RemoteCluster:
     read_at: float | None = None
     since: float = 0.0
     get: Callable[[str], dict[str, Any]] = http_json
+    make_client: Callable[[str], Any] | None = None
     _client: Any = None
 
     def read(self, now: float) -> bool:
@@ -86,9 +90,12 @@ class RemoteCluster:
     def jobs(self) -> Any:
         """Its ``ray.job_submission.JobSubmissionClient`` (made on first use)."""
         if self._client is None:
-            from ray.job_submission import JobSubmissionClient
+            if self.make_client is None:
+                from ray.job_submission import JobSubmissionClient
 
-            self._client = JobSubmissionClient(self.spec.address)
+                self._client = JobSubmissionClient(self.spec.address)
+            else:
+                self._client = self.make_client(self.spec.address)
         return self._client
 
     def forget_client(self) -> None:

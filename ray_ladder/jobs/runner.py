@@ -30,8 +30,9 @@ from ray_ladder.jobs.storage import RunStorage
 
 @dataclass(frozen=True)
 class JobEvent:
-    """One thing the runner did or saw (``kind``: submit, stop, ask_climb, wait, finish,
-    adopt), with the attempt, rung, cluster and cause as data and ``message`` in words."""
+    """One thing the runner did or saw (``kind``: submit, submit_failed, stop, ask_climb,
+    wait, finish, adopt), with the attempt, rung, cluster and cause as data and
+    ``message`` in words."""
 
     time: float
     kind: str
@@ -150,9 +151,11 @@ class LadderJob:
         try:
             status = str(cluster.jobs().get_job_status(
                 submission_id(self.run_name, self.state.attempt)))
-        except Exception:  # not answering: keep the last state until it counts as lost
+        except Exception:
             cluster.forget_client()
-            return self._last_state
+            if cluster.read_at == now:  # it answers but knows no such job: gone with a
+                self._last_state = "LOST"  # restart, or never submitted
+            return self._last_state  # else keep the last state until the cluster is lost
         state: JobState = status.rsplit(".", 1)[-1]  # type: ignore[assignment]
         if state == "FAILED":
             # A driver that died with its head is read FAILED an instant before the head
@@ -274,7 +277,9 @@ class LadderJob:
         owner = self.store.read("attempt.json")
         if owner is None or owner.get("rung") not in self.ladder.names:
             return
-        self.state = Run(rung=owner["rung"], attempt=int(owner["attempt"]))
+        climb = self.store.read("climb.json") or {}
+        asked = climb.get("to") if climb.get("attempt") == owner["attempt"] else None
+        self.state = Run(rung=owner["rung"], attempt=int(owner["attempt"]), climb_to=asked)
         self._last_state = "PENDING"
         self._event(self._clock(), "adopt", owner["rung"], None,
                     f"following attempt {owner['attempt']} of run {self.run_name}")

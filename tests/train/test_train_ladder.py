@@ -5,6 +5,7 @@ is climbed to at a checkpoint, residency holds, a shape that never fits is skipp
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 import time
 from pathlib import Path
@@ -61,7 +62,24 @@ rungs:
 
 
 @pytest.fixture(scope="module")
-def cluster(local_cluster: Any) -> Any:
+def s3() -> Any:
+    """A real S3 API server (moto) on loopback, started before the cluster so its
+    processes see the (fake) credentials; the story's checkpoints live in its bucket."""
+    pytest.importorskip("moto.server", reason="needs moto[server] (the test extras)")
+    import pyarrow.fs as pafs
+
+    from ray_ladder.jobs.sandbox import FAKE_AWS, s3_server
+
+    with s3_server("train") as uri:
+        endpoint = re.search(r"endpoint_override=([^&]+)", uri).group(1)
+        yield pafs.S3FileSystem(
+            access_key=FAKE_AWS["AWS_ACCESS_KEY_ID"], secret_key=FAKE_AWS[
+                "AWS_SECRET_ACCESS_KEY"], endpoint_override=endpoint, scheme="http",
+            region=FAKE_AWS["AWS_DEFAULT_REGION"])
+
+
+@pytest.fixture(scope="module")
+def cluster(local_cluster: Any, s3: Any) -> Any:
     c = local_cluster(ex.NODE_TYPES, initial=ex.INITIAL)
     c.hub = ex.start_hub(CONFIG["hub"])  # held for the module: the handle keeps it alive
     return c
@@ -90,19 +108,24 @@ def _all_nodes_back(cluster: Any) -> None:
     wait_until(idle_now, 90, 0.1, "every node up and idle")
 
 
-def _run(cluster: Any, tmp: Path, ladder: Ladder, **trainer_kwargs: Any) -> Any:
+def _run(cluster: Any, tmp: Path, ladder: Ladder, storage: str | None = None,
+         **trainer_kwargs: Any) -> Any:
     log = ex.StepLog(tmp / "steps.jsonl")
     config = {**CONFIG, "steps": 100_000, "step_log": str(log.path),
               "stop_file": str(tmp / "stop")}
-    fit = ex.FitThread(ex.make_trainer(ladder, config, str(tmp), **trainer_kwargs))
+    fit = ex.FitThread(ex.make_trainer(ladder, config, storage or str(tmp),
+                                       **trainer_kwargs))
     return SimpleNamespace(log=log, config=config, fit=fit, stop=tmp / "stop")
 
 
 @pytest.fixture(scope="module")
-def story(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """One run of the example's story, watched from the step log; each test checks a part."""
+def story(cluster: Any, s3: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One run of the example's story, watched from the step log; each test checks a part.
+    Its checkpoints are in an S3 bucket (``storage_filesystem``: pyarrow's S3 client with
+    an endpoint override): the lower shape resumes from there and climbs back from there."""
     _all_nodes_back(cluster)
-    run = _run(cluster, tmp_path_factory.mktemp("story"), LADDER)
+    run = _run(cluster, tmp_path_factory.mktemp("story"), LADDER, storage="train/story",
+               storage_filesystem=s3)
     a100_nodes = {h.node_id for h in cluster.nodes("a100-node")}
     big = cluster.nodes("h100-node")[0]
     started_at = time.time()
@@ -168,6 +191,16 @@ def test_the_returning_node_is_climbed_to_at_the_next_checkpoint(story: Any) -> 
     spans = story.result.ladder.spans
     assert spans[1].ended_by == "climbed to h100x8"
     assert "climb at checkpoint" in story.result.ladder.events[2]["reason"]
+
+
+def test_the_checkpoints_are_in_the_s3_bucket(story: Any, s3: Any) -> None:
+    import pyarrow.fs as pafs
+
+    ckpt = story.result.checkpoint
+    assert isinstance(ckpt.filesystem, pafs.S3FileSystem)
+    assert ckpt.path.startswith("train/story/")
+    found = s3.get_file_info(pafs.FileSelector("train/story", recursive=True))
+    assert any(f.path == ckpt.path for f in found)  # the one Train resumed and returned
 
 
 def test_the_result_carries_the_path_time_and_cost(story: Any) -> None:
