@@ -21,6 +21,9 @@ class RungContext:
         cost_per_hour: The rung's cost.
         params: The rung's ``params`` (model name, quantization, batch size...).
         tags: The rung's tags (site, jurisdiction, spot...).
+        serve: The Serve address of the cluster the rung lives on (``rungs[].cluster``'s
+            ``serve``), for a rung that is another cluster's ladder app; ``None`` for a
+            rung of the cluster the work runs in.
 
     Example:
         >>> ctx = RungContext.of(ladder, "a100")  # doctest: +SKIP
@@ -36,6 +39,7 @@ class RungContext:
     cost_per_hour: float = 0.0
     params: dict[str, Any] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
+    serve: str | None = None
 
     @classmethod
     def of(cls, ladder: Ladder, name: str) -> RungContext:
@@ -50,4 +54,5 @@ class RungContext:
             cost_per_hour=rung.cost_per_hour,
             params=dict(rung.params),
             tags=dict(rung.tags),
+            serve=ladder.clusters[rung.cluster].serve if rung.cluster else None,
         )

@@ -9,6 +9,7 @@ The S3 server is moto's, in server mode on loopback (``pip install 'moto[server]
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -22,7 +23,7 @@ from typing import Any
 import psutil
 
 from ray_ladder.cluster import ray_private
-from ray_ladder.testing import LocalCluster, NodeHandle, free_port
+from ray_ladder.testing import LocalCluster, NodeHandle, free_port, open_loop
 
 #: moto's documented fake credentials (moto accepts any; pyarrow's S3 client wants some).
 FAKE_AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
@@ -226,3 +227,79 @@ class JobWatch:
         while not self._stop.is_set():
             self.samples.append((time.monotonic(), self.running(), self.drivers()))
             self._stop.wait(self.interval_s)
+
+
+class EchoRung:
+    """A JSON rung that answers with the payload and the name of the rung that answered
+    (which cluster's rung took a request shows in the answer)."""
+
+    def __init__(self, rung: Any) -> None:
+        self.rung = rung
+
+    def __call__(self, payload: Any) -> Any:
+        """``{"echo": payload, "by": RUNG}``."""
+        return {"echo": payload, "by": self.rung.name}
+
+
+def deploy_serve(gcs_address: str, port: int, apps: dict[str, tuple[str, Any]]) -> None:
+    """Start Serve on the cluster at ``gcs_address`` (HTTP on 127.0.0.1:``port``), run
+    ``apps`` (route prefix -> (name, app)) and disconnect: the apps keep running."""
+    import ray
+    from ray import serve
+
+    ray.init(address=gcs_address, logging_level=logging.WARNING, log_to_driver=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port},
+                    proxy_location="HeadOnly")
+        for prefix, (name, app) in apps.items():
+            serve.run(app, name=name, route_prefix=prefix)
+    finally:
+        ray.shutdown()
+
+
+def counter_stream(url: str, start: int, tokens: int, model: str) -> dict[str, Any]:
+    """Stream ``tokens`` pieces from ``URL/v1/completions`` counting on from ``start``
+    (a ladder app of ``CounterRung``s serving ``model``, its ladder's name):
+    ``{"status", "pieces": [(rung, text)], ...}``; status ``"broken"`` when an error chunk
+    arrives mid-stream."""
+    import httpx
+
+    pieces: list[tuple[str, str]] = []
+    with httpx.stream("POST", url + "/v1/completions", timeout=60, json={
+            "model": model, "prompt": str(start), "max_tokens": tokens,
+            "stream": True}) as reply:
+        if reply.status_code != 200:
+            return {"status": reply.status_code, "pieces": pieces}
+        for line in reply.iter_lines():
+            if line.startswith("data: {"):
+                chunk = json.loads(line[6:])
+                if "error" in chunk:
+                    return {"status": "broken", "pieces": pieces, "error": chunk["error"]}
+                if chunk["choices"] and chunk["choices"][0]["text"]:
+                    pieces.append((chunk["ladder"]["rung"], chunk["choices"][0]["text"]))
+    return {"status": 200, "pieces": pieces}
+
+
+def mixed_load(llm_url: str, json_url: str, rate: float, seconds: float,
+               tokens: int, model: str) -> list[dict[str, Any]]:
+    """Open-loop load at ``rate`` a second: odd calls stream a counter from ``llm_url``
+    (:func:`counter_stream`, counting from ``1000 * call``), even calls POST JSON to
+    ``json_url``. Each result: ``kind``, ``status``, ``sent`` (monotonic), ``latency_s``,
+    and ``pieces``/``start`` (streams) or ``by`` (the JSON answer's rung)."""
+    import httpx
+
+    def send(i: int) -> dict[str, Any]:
+        sent = time.monotonic()
+        if i % 2:
+            out = {"kind": "stream", "start": 1000 * i,
+                   **counter_stream(llm_url, 1000 * i, tokens, model)}
+        else:
+            try:
+                reply = httpx.post(json_url + "/", json={"n": i}, timeout=30)
+                out = {"kind": "json", "status": reply.status_code,
+                       "by": reply.json().get("by") if reply.status_code == 200 else None}
+            except httpx.HTTPError as err:
+                out = {"kind": "json", "status": type(err).__name__, "by": None}
+        return {**out, "sent": sent, "latency_s": time.monotonic() - sent}
+
+    return open_loop(send, rate, seconds)

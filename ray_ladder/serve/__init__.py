@@ -14,6 +14,7 @@ _LAZY = {
     "app_builder": "ray_ladder.serve.app",
     "LadderAppArgs": "ray_ladder.serve.app",
     "LadderRouter": "ray_ladder.serve.router",
+    "RemoteLadderRung": "ray_ladder.serve.remote",
     "SharedApp": "ray_ladder.serve.shared",
     "SharedFront": "ray_ladder.serve.shared",
     "SharedFrontArgs": "ray_ladder.serve.shared",
@@ -21,8 +22,8 @@ _LAZY = {
     "shared_front_builder": "ray_ladder.serve.shared",
 }
 
-__all__ = ["LadderAppArgs", "LadderResult", "LadderRouter", "SharedApp", "SharedFront",
-           "SharedFrontArgs", "app_builder", "build_app", "build_shared_app",
+__all__ = ["LadderAppArgs", "LadderResult", "LadderRouter", "RemoteLadderRung", "SharedApp",
+           "SharedFront", "SharedFrontArgs", "app_builder", "build_app", "build_shared_app",
            "shared_front_builder"]
 
 

@@ -33,7 +33,8 @@ class FakeRung:
         fails: A reason: every request and ping fails with :class:`RungFailed` at once.
         error: The error class name of that failure (``cause="failed"``).
         pieces: What a stream yields, piece by piece.
-        fail_after: A stream fails ("rung went down mid-stream") after this many pieces.
+        fail_after: A stream fails ("rung went down mid-stream") after this many pieces
+            (after its last piece too, when it has no more: a dropped connection).
         busy: The rung answers others meanwhile (``alive_within`` is true).
         delay_s: Seconds each answer or piece takes.
         take_s: Seconds before a replica takes a request or stream (a busy machine's slow
@@ -133,6 +134,8 @@ class FakeRungCaller:
                 raise PieceLate(late_s)
             await asyncio.sleep(behaviour.delay_s)
             yield piece
+        if behaviour.fail_after is not None and behaviour.fail_after >= len(pieces):
+            raise RungFailed("rung went down after its last piece")
 
     async def ping(self, rung: str, timeout_s: float) -> None:
         """Reach ``rung`` (fails as its requests do)."""

@@ -273,6 +273,15 @@ def test_a_stream_stops_at_max_tokens_across_a_move() -> None:
     assert "".join(t for _, t in pieces) == "abx" and record.finish_reason == "length"
 
 
+def test_a_rung_that_fails_after_its_last_piece_ends_the_stream_whole() -> None:
+    # A backend (another cluster's app) that drops the connection after the last piece:
+    # nothing is left to continue, so no rung is needed and the stream is not broken.
+    caller = FakeRungCaller({"h100": FakeRung(fail_after=3), "a100": FakeRung()})
+    rig = Rig(caller, placeable={"h100": True, "a100": False})  # no rung below it
+    pieces, record = rig.run(lambda: rig.stream(max_tokens=3))
+    assert "".join(t for _, t in pieces) == "abc" and record.finish_reason == "length"
+
+
 # --- late pieces (an inter-token target) ------------------------------------------------------
 
 LATE = LatencyTargets(inter_token_s=0.05, ttft_s=1.0)

@@ -20,10 +20,29 @@ with requires_extra("llm", "OpenAIBackendRung"):
 CONTINUE_MODES = ("completions", "vllm")
 
 
+def cluster_url(rung: RungContext, suffix: str) -> str:
+    """The URL of another cluster's ladder app for ``rung``: its cluster's Serve address,
+    the app's ``params.route_prefix`` and ``suffix`` (``""`` when the rung names no
+    cluster with a ``serve`` address).
+
+    Example:
+        >>> rung = RungContext("cloud", 1, "llm", serve="http://10.8.0.1:8000",
+        ...                    params={"route_prefix": "/llm"})
+        >>> cluster_url(rung, "/v1")
+        'http://10.8.0.1:8000/llm/v1'
+    """
+    if not rung.serve:
+        return ""
+    prefix = str(rung.params.get("route_prefix", "")).rstrip("/")
+    return f"{rung.serve.rstrip('/')}{prefix}{suffix}"
+
+
 class OpenAIBackendRung:
     """Streams from an OpenAI-compatible server; the rung's ``params`` say where.
 
-    ``params`` (or keyword arguments): ``base_url`` (e.g. ``http://10.0.0.5:8000/v1``),
+    ``params`` (or keyword arguments): ``base_url`` (e.g. ``http://10.0.0.5:8000/v1``; a
+    rung with ``cluster:`` defaults to that cluster's ``serve`` address, its
+    ``params.route_prefix`` and ``/v1``: another cluster's ladder app),
     ``model`` (the server's model name), ``api_key_env`` (the NAME of the environment
     variable holding the key: the key itself is never in the ladder, never logged),
     ``timeout_s`` (read timeout between two pieces, default 60), ``connect_timeout_s``
@@ -50,10 +69,12 @@ class OpenAIBackendRung:
                  continue_with: str | None = None) -> None:
         params = rung.params
         self.rung = rung
-        self.base_url = str(base_url or params.get("base_url") or "").rstrip("/")
+        self.base_url = str(base_url or params.get("base_url") or cluster_url(rung, "/v1")
+                            ).rstrip("/")
         if not self.base_url:
             raise ValueError(f"rung {rung.name}: params.base_url is required "
-                             "(e.g. http://10.0.0.5:8000/v1)")
+                             "(e.g. http://10.0.0.5:8000/v1), or a cluster with a serve "
+                             "address (rungs[].cluster)")
         self.model = str(model or params.get("model") or rung.name)
         self.continue_with = str(continue_with or params.get("continue_with", "completions"))
         if self.continue_with not in CONTINUE_MODES:

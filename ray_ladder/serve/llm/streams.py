@@ -146,6 +146,9 @@ class StreamDriver:
                     continue
                 self._finished(step.rung, record, cache_key, constraints)
                 return
+            elif record.completion_tokens >= request.max_tokens:
+                record.finish_reason = "length"  # its rung failed after the last piece:
+                return  # nothing is left to continue
             elif record.text:
                 router.refuse(walk)  # counted as exhausted: no rung could continue it
                 raise StreamFailed(f"the stream lost its rung after "
