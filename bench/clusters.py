@@ -19,7 +19,8 @@ Prints one JSON object on stdout (progress goes to stderr):
   cloud cluster and the same node kill: seconds from submission to its first step, its
   status after the loss and when it ended, and ``loss_to_resumed_elsewhere_s`` ``null``
   (nothing resubmits it; a resubmission would start again from step 0).
-* ``serving_*``: not measured by this script (serving across clusters: docs/clusters.md).
+* ``serving_*``: ``null`` here: serving across clusters is ``bench/clusters_serving.py``
+  (both stages in one script would pass the 2-minute limit on this machine).
 
 Usage: ``python bench/clusters.py`` (about 2 minutes here).
 """
