@@ -11,7 +11,7 @@ $(PY):
 
 # The extras each target needs (pyproject.toml names them for what they bring).
 DEMO_EXTRAS := demo,serve,llm,plots
-TEST_EXTRAS := test,demo,serve,llm,tune,train,plots,gpu
+TEST_EXTRAS := test,demo,serve,llm,tune,train,plots,gpu,jobs
 
 $(VENV)/.demo-installed: $(PY) pyproject.toml
 	$(PY) -m pip install --quiet -e '.[$(DEMO_EXTRAS)]'

@@ -27,7 +27,7 @@ MAY_IMPORT = {
     "tune": {"core", "cluster", "_lazy"},
     "train": {"core", "cluster", "_lazy"},
     "fleet": {"core", "cluster"},
-    "jobs": {"core", "cluster", "serve", "testing"},
+    "jobs": {"core", "cluster", "serve", "testing", "_lazy"},
     "autoscale": {"core", "cluster", "testing", "_lazy"},
     "simulate": {"core", "ray_ladder", "_lazy"},
     "cli": {"core", "node", "cluster", "autoscale", "simulate", "fleet", "jobs", "_lazy"},

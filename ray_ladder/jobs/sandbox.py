@@ -22,6 +22,7 @@ from typing import Any
 
 import psutil
 
+from ray_ladder._lazy import requires_extra
 from ray_ladder.cluster import ray_private
 from ray_ladder.testing import LocalCluster, NodeHandle, free_port, open_loop
 
@@ -36,8 +37,10 @@ def s3_server(bucket: str = "ladder") -> Iterator[str]:
     """A moto S3 server on 127.0.0.1 with ``bucket``; yields the run storage URI
     (``s3://BUCKET/runs?endpoint_override=...``). Sets the fake ``AWS_*`` credentials in
     this process's environment, so clusters started afterwards inherit them."""
-    import pyarrow.fs as pafs
-    from moto.server import ThreadedMotoServer
+    with requires_extra("jobs", "the S3 stage"):
+        import pyarrow.fs as pafs
+    with requires_extra("test", "the S3 stage"):
+        from moto.server import ThreadedMotoServer
 
     previous = {key: os.environ.get(key) for key in FAKE_AWS}
     for key, value in FAKE_AWS.items():
@@ -262,7 +265,8 @@ def counter_stream(url: str, start: int, tokens: int, model: str) -> dict[str, A
     (a ladder app of ``CounterRung``s serving ``model``, its ladder's name):
     ``{"status", "pieces": [(rung, text)], ...}``; status ``"broken"`` when an error chunk
     arrives mid-stream."""
-    import httpx
+    with requires_extra("llm", "counter_stream"):
+        import httpx
 
     pieces: list[tuple[str, str]] = []
     with httpx.stream("POST", url + "/v1/completions", timeout=60, json={
@@ -286,7 +290,8 @@ def mixed_load(llm_url: str, json_url: str, rate: float, seconds: float,
     (:func:`counter_stream`, counting from ``1000 * call``), even calls POST JSON to
     ``json_url``. Each result: ``kind``, ``status``, ``sent`` (monotonic), ``latency_s``,
     and ``pieces``/``start`` (streams) or ``by`` (the JSON answer's rung)."""
-    import httpx
+    with requires_extra("llm", "mixed_load"):
+        import httpx
 
     def send(i: int) -> dict[str, Any]:
         sent = time.monotonic()

@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
+from ray_ladder._lazy import requires_extra
 from ray_ladder.cluster import ray_private
 from ray_ladder.core.spec import Ladder
 from ray_ladder.jobs.sandbox import EchoRung, deploy_serve
@@ -81,7 +82,8 @@ def serving_stage() -> Iterator[dict[str, Any]]:
             "/json": ("onprem-json", build_app(onprem_ladder(cloud_url, "onprem-json",
                                                              "/json"), {
                 "h100": EchoRung, "cloud": RemoteLadderRung}, **both))})
-        import httpx
+        with requires_extra("llm", "serving_stage"):
+            import httpx
 
         for prefix in ("/llm", "/json"):
             wait_until(lambda p=prefix: httpx.get(f"{url}{p}/-/ladder").json()["current"]

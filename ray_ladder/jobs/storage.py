@@ -19,7 +19,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow.fs as pafs
+from ray_ladder._lazy import requires_extra
+
+with requires_extra("jobs", "the run storage"):
+    import pyarrow.fs as pafs
 
 
 @dataclass
