@@ -10,6 +10,10 @@ Prints one JSON object on stdout (progress goes to stderr):
   answered by the cloud cluster's rung (goal <= 0.5 s + one network round trip, here the
   loopback: ``rtt_s``).
 * ``moved_streams``: streams that began on-prem and ended on the cloud cluster.
+* ``onprem_json_median_s`` / ``remote_json_median_s_once_settled``: JSON latency on the
+  on-prem top rung before the kill and on the cloud rung from ``SETTLED_AFTER_S`` after
+  it (the remote hop's own cost under this load, for reading the first answer against).
+* ``failures_by_kind``: ``kind:status:error code`` -> count of the failed requests.
 
 No plain-Serve run beside it: plain Serve has no rung on another cluster to compare with
 (a plain app on the on-prem node fails every request from the kill until the node is
@@ -22,9 +26,11 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +44,9 @@ from ray_ladder.jobs.sandbox import counter_stream, mixed_load  # noqa: E402
 from ray_ladder.jobs.serving_stage import serving_stage  # noqa: E402
 from ray_ladder.testing import wait_until  # noqa: E402
 
-RATE, SECONDS, TOKENS, KILL_AT = 20.0, 8.0, 30, 3.0
+RATE, SECONDS, TOKENS, KILL_AT = 20.0, 8.0, 10, 3.0
+#: JSON answers sent this long after the kill show the cloud rung's own latency.
+SETTLED_AFTER_S = 2.0
 
 
 def log(message: str) -> None:
@@ -55,6 +63,10 @@ def _rtt(url: str) -> float:
             client.get(url + "/json/-/ladder")
             best = min(best, time.monotonic() - start)
     return best
+
+
+def _median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 3) if values else None
 
 
 def _whole(r: dict[str, Any]) -> bool:
@@ -86,6 +98,11 @@ def run(stage: dict[str, Any]) -> dict[str, Any]:
     streams = [r for r in results if r["kind"] == "stream"]
     moved = [r for r in streams if {g for g, _ in r["pieces"]} == {"h100", "cloud"}]
     first = min(remote, key=lambda r: r["sent"]) if remote else None
+    before = [r["latency_s"] for r in results if r["kind"] == "json" and r["by"] == "h100"
+              and r["sent"] < killed[0]]
+    settled = [r["latency_s"] for r in remote if r["sent"] >= killed[0] + SETTLED_AFTER_S]
+    failures = Counter(f"{r['kind']}:{r['status']}:{(r.get('error') or {}).get('code')}"
+                       for r in results if not _whole(r))
     return {
         "requests": len(results),
         "streams": len(streams),
@@ -94,6 +111,9 @@ def run(stage: dict[str, Any]) -> dict[str, Any]:
         "serving_first_remote_answer_s": round(first["latency_s"], 3) if first else None,
         "first_remote_answer_sent_after_kill_s": round(first["sent"] - killed[0], 3)
         if first else None,
+        "onprem_json_median_s": _median(before),
+        "remote_json_median_s_once_settled": _median(settled),
+        "failures_by_kind": dict(failures),
         "rtt_s": round(rtt, 4),
         "goal_first_remote_answer_s": round(0.5 + rtt, 3),
     }

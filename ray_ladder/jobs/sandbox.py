@@ -260,16 +260,18 @@ def deploy_serve(gcs_address: str, port: int, apps: dict[str, tuple[str, Any]]) 
         ray.shutdown()
 
 
-def counter_stream(url: str, start: int, tokens: int, model: str) -> dict[str, Any]:
+def counter_stream(url: str, start: int, tokens: int, model: str,
+                   client: Any = None) -> dict[str, Any]:
     """Stream ``tokens`` pieces from ``URL/v1/completions`` counting on from ``start``
     (a ladder app of ``CounterRung``s serving ``model``, its ladder's name):
     ``{"status", "pieces": [(rung, text)], ...}``; status ``"broken"`` when an error chunk
-    arrives mid-stream."""
+    arrives mid-stream. ``client``: an ``httpx.Client`` to share (a client per call
+    loads the CA bundle each time: a load generator's whole core on this machine)."""
     with requires_extra("llm", "counter_stream"):
         import httpx
 
     pieces: list[tuple[str, str]] = []
-    with httpx.stream("POST", url + "/v1/completions", timeout=60, json={
+    with (client or httpx).stream("POST", url + "/v1/completions", timeout=60, json={
             "model": model, "prompt": str(start), "max_tokens": tokens,
             "stream": True}) as reply:
         if reply.status_code != 200:
@@ -293,18 +295,21 @@ def mixed_load(llm_url: str, json_url: str, rate: float, seconds: float,
     with requires_extra("llm", "mixed_load"):
         import httpx
 
+    client = httpx.Client(limits=httpx.Limits(max_connections=None))
+
     def send(i: int) -> dict[str, Any]:
         sent = time.monotonic()
         if i % 2:
             out = {"kind": "stream", "start": 1000 * i,
-                   **counter_stream(llm_url, 1000 * i, tokens, model)}
+                   **counter_stream(llm_url, 1000 * i, tokens, model, client)}
         else:
             try:
-                reply = httpx.post(json_url + "/", json={"n": i}, timeout=30)
+                reply = client.post(json_url + "/", json={"n": i}, timeout=30)
                 out = {"kind": "json", "status": reply.status_code,
                        "by": reply.json().get("by") if reply.status_code == 200 else None}
             except httpx.HTTPError as err:
                 out = {"kind": "json", "status": type(err).__name__, "by": None}
         return {**out, "sent": sent, "latency_s": time.monotonic() - sent}
 
-    return open_loop(send, rate, seconds)
+    with client:
+        return open_loop(send, rate, seconds)

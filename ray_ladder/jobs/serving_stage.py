@@ -23,7 +23,7 @@ from ray_ladder.testing import LocalCluster, free_port, wait_until
 #: dead by Ray (their actors die), not by these checks.
 DEPLOYMENT = {"graceful_shutdown_timeout_s": 1.0, "max_ongoing_requests": 64,
               "health_check_period_s": 2.0, "health_check_timeout_s": 10.0}
-TOKENS_PER_S = 25
+TOKENS_PER_S = 10
 
 
 def onprem_ladder(cloud_serve: str, name: str, prefix: str) -> Ladder:

@@ -117,7 +117,9 @@ class RouterState:
         self._obtainable = self.obtainable(now)
         self.lost = [n for n in self._compute if before.get(n) and not self._obtainable[n]]
         self.observations += 1
-        why = {n: going_away_reason(d, now) for n, d in self._going.items()}
+        why = {n: self.why_unobtainable(n, now) for n in self._compute
+               if not self._obtainable[n]}  # words for a fall's event, never an input
+        why.update({n: going_away_reason(d, now) for n, d in self._going.items()})
         slow = {n for n, h in self._health.items() if h.slow and h.is_down(now)}
         why.update({n: f"slow: {self._health[n].reason}" for n in slow})
         for key, selector in self._selectors.items():

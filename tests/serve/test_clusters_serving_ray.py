@@ -23,7 +23,7 @@ from ray_ladder.testing import wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.long, pytest.mark.timeout(600)]
 
-RATE, SECONDS, TOKENS = 20.0, 6.0, 30
+RATE, SECONDS, TOKENS = 20.0, 6.0, 10
 
 
 @pytest.fixture(scope="module")
