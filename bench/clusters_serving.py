@@ -13,6 +13,9 @@ Prints one JSON object on stdout (progress goes to stderr):
 * ``onprem_json_median_s`` / ``remote_json_median_s_once_settled``: JSON latency on the
   on-prem top rung before the kill and on the cloud rung from ``SETTLED_AFTER_S`` after
   it (the remote hop's own cost under this load, for reading the first answer against).
+* ``fall_event_after_kill_s``: per on-prem app, from the kill to its ladder's event
+  leaving ``h100`` (when the router saw the node gone; requests sent before that hedge
+  to the cloud after ``assign_timeout_s``).
 * ``failures_by_kind``: ``kind:status:error code`` -> count of the failed requests.
 
 No plain-Serve run beside it: plain Serve has no rung on another cluster to compare with
@@ -69,6 +72,16 @@ def _median(values: list[float]) -> float | None:
     return round(statistics.median(values), 3) if values else None
 
 
+def _fell_after(app_url: str, killed_at: float) -> float | None:
+    """Seconds from the kill to the app's ladder leaving ``h100`` (its event's wall
+    clock), or ``None`` when it did not."""
+    import httpx
+
+    events = httpx.get(app_url + "/-/ladder").json()["events"]
+    falls = [e["time"] for e in events if e["from"] == "h100" and e["time"] >= killed_at]
+    return round(min(falls) - killed_at, 3) if falls else None
+
+
 def _whole(r: dict[str, Any]) -> bool:
     if r["status"] != 200:
         return False
@@ -85,8 +98,11 @@ def run(stage: dict[str, Any]) -> dict[str, Any]:
     rtt = _rtt(stage["cloud_url"])
     killed: list[float] = []
 
+    killed_wall: list[float] = []
+
     def kill() -> None:
         killed.append(time.monotonic())
+        killed_wall.append(time.time())
         stage["onprem"].remove_node(stage["onprem"].nodes("h100")[0])
 
     timer = threading.Timer(KILL_AT, kill)
@@ -111,6 +127,8 @@ def run(stage: dict[str, Any]) -> dict[str, Any]:
         "serving_first_remote_answer_s": round(first["latency_s"], 3) if first else None,
         "first_remote_answer_sent_after_kill_s": round(first["sent"] - killed[0], 3)
         if first else None,
+        "fall_event_after_kill_s": {app: _fell_after(url + app, killed_wall[0])
+                                    for app in ("/llm", "/json")},
         "onprem_json_median_s": _median(before),
         "remote_json_median_s_once_settled": _median(settled),
         "failures_by_kind": dict(failures),

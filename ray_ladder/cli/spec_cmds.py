@@ -9,7 +9,13 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from ray_ladder.cli.spec_views import fleet_rungs_table, fleet_teams_table, ladder_table
+from ray_ladder.cli.spec_views import (
+    clusters_table,
+    data_line,
+    fleet_rungs_table,
+    fleet_teams_table,
+    ladder_table,
+)
 from ray_ladder.core.documents import SUFFIXES, json_schema, load_document
 from ray_ladder.core.exceptions import ConfigError
 from ray_ladder.core.fleet import Fleet, is_fleet_document
@@ -111,6 +117,10 @@ def show(file: str, as_json: bool) -> None:
         console.print(f"control_period_s={model.control_period_s:g}")
         return
     console.print(ladder_table(model))
+    if model.clusters:
+        console.print(clusters_table(model))
+    if (line := data_line(model)) is not None:
+        console.print(line)
     console.print(_policy_line(model))
 
 

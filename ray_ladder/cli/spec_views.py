@@ -40,17 +40,47 @@ def ladder_table(ladder: Ladder) -> Table:
     # The capacity column appears only where a rung says how it is bought (issue 19).
     bought = any(r.capacity is not None for r in ladder.rungs)
     trains = any(r.train is not None for r in ladder.rungs)  # likewise the training shape
+    remote = bool(ladder.clusters)  # the cluster column, where the ladder names clusters
+    moves = ladder.data is not None  # the work's cost with the data moved, where data is set
     for col in ("#", "rung", "kind", "placement", "quality", "cost/h", "tags") + (
+            ("work cost/h",) if moves else ()) + (("cluster",) if remote else ()) + (
             ("capacity",) if bought else ()) + (("train",) if trains else ()):
         table.add_column(col, no_wrap=col in ("#", "rung"), overflow="fold")
     for i, r in enumerate(ladder.rungs):
         tags = ", ".join(f"{k}={v}" for k, v in r.tags.items())
+        work = (f"{ladder.work_cost_per_hour(r.name):g}",) if moves else ()
+        where = ((r.cluster or "(this one)") if r.is_compute else "-",) if remote else ()
         capacity = ((r.capacity.describe() if r.capacity else "on-demand" if r.is_compute
                      else "-"),) if bought else ()
         train = (_train_text(r),) if trains else ()
         table.add_row(str(i), r.name, r.kind, _placement_text(r), f"{r.quality:g}",
-                      f"{r.cost_per_hour:g}", tags, *capacity, *train)
+                      f"{r.cost_per_hour:g}", tags, *work, *where, *capacity, *train)
     return table
+
+
+def clusters_table(ladder: Ladder) -> Table:
+    """A rich table of the clusters a ladder's rungs may live on (``clusters:``)."""
+    table = Table(title="clusters")
+    for col in ("cluster", "address", "serve", "site", "jurisdiction", "poll/stale/lost s"):
+        table.add_column(col, no_wrap=col == "cluster", overflow="fold")
+    for name, c in ladder.clusters.items():
+        table.add_row(name, c.address, c.serve or "-", c.site or "-", c.jurisdiction or "-",
+                      f"{c.poll_interval_s:g}/{c.stale_s:g}/{c.lost_after_s:g}")
+    return table
+
+
+def data_line(ladder: Ladder) -> str | None:
+    """One line on the ladder's ``data:`` (where it lives, may go, how much work reads)."""
+    d = ladder.data
+    if d is None:
+        return None
+    parts = [f"data {d.name or '(unnamed)'}:", f"region={d.region or '-'}",
+             f"read_gb_per_hour={d.read_gb_per_hour:g}"]
+    if d.stays is not None:
+        parts.append(f"stays={','.join(d.stays)}")
+    if d.jurisdiction is not None:
+        parts.append(f"jurisdiction={d.jurisdiction}")
+    return " ".join(parts)
 
 
 def _units(table: dict[str, int] | None, unset: str) -> str:
