@@ -65,6 +65,14 @@ class ClusterSpec(BaseModel):
                 {"path": "stale_after_s", "value": self.stale_after_s,
                  "fix": f"set stale_after_s <= lost_after_s ({self.lost_after_s:g}): a lost "
                  "cluster's rungs are unobtainable"})
+        if self.poll_interval_s >= self.stale_s:
+            raise PydanticCustomError(
+                "ladder_rule", "poll_interval_s {value} is not shorter than the "
+                "{stale:g} s a reading is trusted",
+                {"path": "poll_interval_s", "value": self.poll_interval_s,
+                 "stale": self.stale_s,
+                 "fix": f"set poll_interval_s below {self.stale_s:g} (or raise "
+                 "stale_after_s): each reading would go stale before the next"})
         return self
 
     @property

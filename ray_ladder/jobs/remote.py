@@ -67,9 +67,15 @@ class RemoteCluster:
     get: Callable[[str], dict[str, Any]] = http_json
     make_client: Callable[[str], Any] | None = None
     _client: Any = None
+    _tried_at: float | None = None
+
+    def due(self, now: float) -> bool:
+        """Whether its ``poll_interval_s`` has passed since the last try to read it."""
+        return self._tried_at is None or now - self._tried_at >= self.spec.poll_interval_s
 
     def read(self, now: float) -> bool:
         """Read its nodes now; whether it answered."""
+        self._tried_at = now
         try:
             payload = self.get(f"{self.spec.address}/api/v0/nodes?detail=1&limit=10000")
         except (OSError, ValueError):

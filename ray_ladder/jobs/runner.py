@@ -170,10 +170,12 @@ class LadderJob:
     # --- one step ------------------------------------------------------------------------
 
     def step(self) -> list[Act]:
-        """Read every cluster and the job once, decide, act; the acts taken."""
+        """Read each cluster whose ``poll_interval_s`` has passed and the job once,
+        decide, act; the acts taken."""
         now = self._clock()
         for cluster in self.clusters.values():
-            cluster.read(now)
+            if cluster.due(now):
+                cluster.read(now)
         state = self.job_state(now)
         yielded = self.store.read("yielded.json") or {}
         seen = Seen(now, self.obtainable(now), state,

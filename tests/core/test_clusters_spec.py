@@ -52,6 +52,15 @@ def test_a_cluster_address_must_be_http():
     assert err.value.issues[0].path == "clusters.cloud.address"
 
 
+def test_a_poll_interval_as_long_as_a_reading_is_trusted_is_an_error():
+    with pytest.raises(ConfigError) as err:
+        Ladder.from_yaml(BASE.replace("site: cloud, jurisdiction: eu}",
+                                      "site: cloud, jurisdiction: eu, stale_after_s: 3, "
+                                      "poll_interval_s: 3}"))
+    issue = err.value.issues[0]
+    assert issue.path == "clusters.cloud.poll_interval_s" and "below 3" in issue.fix
+
+
 def test_data_that_stays_on_prem_excludes_the_cloud_rung_for_every_request():
     ladder = Ladder.from_yaml(BASE + "data: {stays: [onprem]}\n")
     assert [r.name for r in ladder.eligible()] == ["onprem-gpu", "shed"]

@@ -98,3 +98,22 @@ def test_a_restarted_runner_keeps_the_climb_it_asked_for(world):
     assert again.state.done is None  # not taken for the job's end
     assert again.state.rung == "onprem-gpu" and again.state.attempt == 2
     assert submission_id("r", 2) in jobs["onprem"].jobs
+
+
+def test_each_cluster_is_read_at_its_own_poll_interval(tmp_path):
+    ladder = Ladder.from_dict({**LADDER.model_dump(mode="json"), "clusters": {
+        "onprem": {"address": "http://onprem:8265", "poll_interval_s": 0.5},
+        "cloud": {"address": "http://cloud:8265", "poll_interval_s": 2.0}}})
+    clock, reads = [0.0], {"onprem": 0, "cloud": 0}
+    job = LadderJob(ladder, "python train.py", storage=str(tmp_path), run="p",
+                    clock=lambda: clock[0])
+    for name, cluster in job.clusters.items():
+        def get(url: str, name: str = name) -> dict[str, Any]:
+            reads[name] += 1
+            return nodes(True)
+        cluster.get = get
+        cluster.make_client = lambda address: FakeJobs()
+    for tick in range(8):  # 4 s in steps of 0.5 s
+        clock[0] = tick * 0.5
+        job.step()
+    assert reads == {"onprem": 8, "cloud": 2}
