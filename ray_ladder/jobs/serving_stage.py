@@ -24,6 +24,10 @@ from ray_ladder.testing import LocalCluster, free_port, wait_until
 DEPLOYMENT = {"graceful_shutdown_timeout_s": 1.0, "max_ongoing_requests": 64,
               "health_check_period_s": 2.0, "health_check_timeout_s": 10.0}
 TOKENS_PER_S = 10
+#: The cloud rung's HTTP timeout (between two pieces of a stream, too): both clusters share
+#: two cores here, and a starved cloud app paused over 5 s under a loaded CI machine's load
+#: (the rung went down and its streams broke). A cloud that is gone refuses at once.
+CLOUD_TIMEOUT_S = 15
 
 
 def onprem_ladder(cloud_serve: str, name: str, prefix: str) -> Ladder:
@@ -38,7 +42,7 @@ def onprem_ladder(cloud_serve: str, name: str, prefix: str) -> Ladder:
              "params": {"tokens_per_s": TOKENS_PER_S},
              "tags": {"site": "onprem", "jurisdiction": "eu"}},
             {"name": "cloud", "cluster": "cloud", "num_cpus": 0.1, "standby_replicas": 1,
-             "params": {"model": "cloud", "timeout_s": 5, "route_prefix": prefix}},
+             "params": {"model": "cloud", "timeout_s": CLOUD_TIMEOUT_S, "route_prefix": prefix}},
             {"name": "shed", "kind": "shed"}]})
 
 

@@ -23,9 +23,11 @@ from ray_ladder.testing import free_port, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
+# pending_timeout_s 30: the a100 replica's restart must fit inside it for requests to wait
+# for it (a fresh-clone CI run on a loaded machine took over 10 s: one request shed).
 LADDER = Ladder.from_yaml("""
 name: faults-serve
-policy: {promotion_hysteresis: 2, probe_interval_s: 0.25, pending_timeout_s: 10}
+policy: {promotion_hysteresis: 2, probe_interval_s: 0.25, pending_timeout_s: 30}
 rungs:
   - {name: a100, resources: {ladder/a100: 1}, quality: 1.0, params: {model: big}}
   - {name: cpu, num_cpus: 0.1, standby_replicas: 1, quality: 0.5, params: {model: small}}
