@@ -45,7 +45,7 @@ def ladder_table(ladder: Ladder) -> Table:
     for col in ("#", "rung", "kind", "placement", "quality", "cost/h", "tags") + (
             ("work cost/h",) if moves else ()) + (("cluster",) if remote else ()) + (
             ("capacity",) if bought else ()) + (("train",) if trains else ()):
-        table.add_column(col, no_wrap=col in ("#", "rung"), overflow="fold")
+        table.add_column(col, no_wrap=col in ("#", "rung", "kind"), overflow="fold")
     for i, r in enumerate(ladder.rungs):
         tags = ", ".join(f"{k}={v}" for k, v in r.tags.items())
         work = (f"{ladder.work_cost_per_hour(r.name):g}",) if moves else ()

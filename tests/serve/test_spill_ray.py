@@ -176,8 +176,9 @@ def test_sustained_spill_is_demand_the_top_rung_grows_and_takes_it_back(app):
     grow = url + "/grow"
     wait_until(lambda: _state(client, grow)["current"] == "top", SLOW, 0.2, "grow app up")
     shots: list = []
+    # 32 s: outlasts the 25 s wait for growth + the 2 s settle (a loaded CI run grew at ~23 s)
     load = threading.Thread(target=lambda: shots.extend(open_loop(
-        lambda i: (time.monotonic(), _post(client, grow)), rate=15, duration_s=25.0)))
+        lambda i: (time.monotonic(), _post(client, grow)), rate=15, duration_s=32.0)))
     load.start()
     seen: list = []
 
