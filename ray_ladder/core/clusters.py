@@ -210,7 +210,9 @@ def inherit_cluster_tags(data: object) -> object:
         return data
     out = []
     for rung in rungs:
-        spec = clusters.get(rung.get("cluster")) if isinstance(rung, dict) else None
+        # A malformed `cluster` (a list, a mapping) is left to the field's own error.
+        name = rung.get("cluster") if isinstance(rung, dict) else None
+        spec = clusters.get(name) if isinstance(name, str) else None
         if isinstance(spec, dict):
             known = {key: spec[key] for key in ("site", "jurisdiction")
                      if isinstance(spec.get(key), str)}

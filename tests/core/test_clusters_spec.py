@@ -40,6 +40,13 @@ def test_an_unknown_cluster_names_the_field_and_the_known_ones():
     assert issue.path == "rungs.1.cluster" and "['cloud', 'onprem']" in issue.fix
 
 
+@pytest.mark.parametrize("value", ["[cloud]", "{name: cloud}", "3"])
+def test_a_cluster_that_is_not_a_name_is_a_config_error_naming_the_field(value):
+    with pytest.raises(ConfigError) as err:  # found by the fuzz test: a list raised TypeError
+        Ladder.from_yaml(BASE.replace("cluster: cloud,", f"cluster: {value},"))
+    assert err.value.issues[0].path == "rungs[1] (cloud-gpu).cluster"
+
+
 def test_a_tag_that_contradicts_its_cluster_is_an_error():
     with pytest.raises(ConfigError) as err:
         Ladder.from_yaml(BASE.replace("cluster: cloud,", "cluster: cloud, tags: {site: onprem},"))

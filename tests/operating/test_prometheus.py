@@ -331,8 +331,11 @@ def test_prometheus_sees_the_fall_the_climb_and_traffic_per_rung(run):
     before = [int(float(v)) for _, v in prom.query_range(rung, start, run["fall"])[0]["values"]]
     after = [int(float(v)) for _, v in prom.query_range(rung, run["fall"], end)[0]["values"]]
     assert 0 in before  # on h100 before the kill
-    # then a100 (1), then cache (2) once a100 went too, and back on h100 (0) at the end
-    assert after.index(1) < after.index(2) < len(after) - 1 and after[-1] == 0, after
+    # then a100 (1), then cache (2) once a100 went too, and back on h100 (0) at the end.
+    # The first samples after the kill may still show the slow spell before it (a report
+    # and a scrape behind, more on a loaded machine), so the order is read from a100 on.
+    on_a100 = after.index(1)
+    assert 2 in after[on_a100:] and after[-1] == 0, after
     falls = prom.query('sum by (reason) (ray_ladder_transitions_total{ladder="prom-web",'
                        'direction="down"})')
     assert {r["metric"]["reason"] for r in falls} >= {"lost"}
