@@ -37,14 +37,21 @@ test-tools:
 	  fi; \
 	fi
 
-# pytest exits 5 when it collects no test: that is a failure of the suite, say so.
-# One process by default: two Ray clusters at once on two cores interfere (GCS deadlines,
-# timing goals); TEST_WORKERS=2 runs two pytest-xdist workers, a module at a time each.
-TEST_WORKERS ?= 0
+# Two passes. First every test not marked `alone`, with two pytest-xdist workers when the
+# machine is quiet (tests/workers.py measures it: two Ray clusters at once beside another
+# Ray workload miss Ray's own start deadlines), a whole module per worker at a time;
+# then the `alone` modules, one process, nothing of the suite beside them: they measure
+# latency goals. pytest exits 5 when it collects no test: a failure of the suite, say so.
+TEST_WORKERS ?=
 test: $(VENV)/.test-installed test-tools
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile; rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+	@w="$(TEST_WORKERS)"; [ -n "$$w" ] || w=$$($(PY) tests/workers.py || echo 0); \
+	echo "pytest workers: $$w (0: one process), then the 'alone' modules in one"; \
+	$(PY) -m pytest -n $$w --dist loadfile -m "not alone"; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; \
+	$(PY) -m pytest -n 0 -m alone; rc2=$$?; \
+	if [ $$rc2 -eq 5 ]; then echo "pytest collected no 'alone' tests" >&2; exit 1; fi; \
+	if [ $$rc -ne 0 ]; then exit $$rc; fi; exit $$rc2
 
 lint: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check .

@@ -20,7 +20,7 @@ from ray_ladder import Ladder
 from ray_ladder.serve import build_app
 from ray_ladder.testing import free_port, open_loop, wait_until
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.alone]
 
 SERVICE_S = 0.2
 TARGET_S = 1.0
