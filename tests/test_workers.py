@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from tests.workers import MAX_BUSY_PERCENT, workers
 
 

@@ -128,6 +128,26 @@ class BudgetHold:
         return f"team {self.team}'s budget is spent ({self.action}){end}"
 
 
+def acted_on(entry: Mapping[str, Any] | None) -> tuple[Any, ...] | None:
+    """What of a team's entry its parts act on: the budget's state and end, and per
+    shared rung the units held, under notice and the notice's deadline. Two entries with
+    the same value place work the same way (the round's time and demand do not count).
+
+    Example:
+        >>> a = {"time": 1.0, "budget": "ok", "rungs": {"h100": {"held": 1, "wanted": 2}}}
+        >>> acted_on(a) == acted_on({**a, "time": 2.0})
+        True
+        >>> acted_on(a) == acted_on({**a, "budget": "demote"})
+        False
+    """
+    if entry is None:
+        return None
+    rungs = entry.get("rungs") or {}
+    return (budget_state(entry), entry.get("budget_until"),
+            tuple(sorted((name, g.get("held", 0), g.get("noticed", 0), g.get("deadline"))
+                         for name, g in rungs.items())))
+
+
 #: The held kind of a rung the team's spent budget takes (``CapacitySnapshot.held_kind``).
 BUDGET_HELD = "budget"
 #: The held kind of a shared rung the fleet arbiter grants the team no unit of (none yet,

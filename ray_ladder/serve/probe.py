@@ -10,7 +10,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from ray_ladder.cluster.capacity import CapacitySnapshot, CapacityView
-from ray_ladder.cluster.grants import HARD_HOLDS, report_demand
+from ray_ladder.cluster.grants import HARD_HOLDS, GrantReader, acted_on, report_demand
 from ray_ladder.core.placement import standby_replicas
 from ray_ladder.serve.calls import RungCaller
 from ray_ladder.serve.demand import wanted_units
@@ -22,6 +22,11 @@ from ray_ladder.serve.state import RouterState
 logger = logging.getLogger("ray_ladder.serve")
 #: A team-bound app reports its demand to the fleet arbiter at most this often.
 DEMAND_EVERY_S = 1.0
+#: A team-bound router reads its team's grants entry this often between probes and
+#: probes at once when what it acts on changed (a spent budget, a reclaim notice), so it
+#: moves within a fraction of the fleet's control period, not a whole probe interval.
+TEAM_WATCH_S = 0.05
+_UNSET = object()
 
 #: Replica states that take requests: a replica on a draining node is PENDING_MIGRATION
 #: and still serves until Serve stops it (before the drain deadline).
@@ -68,6 +73,38 @@ def placeable_rungs(snapshot: CapacitySnapshot) -> dict[str, bool]:
             for r, ok in snapshot.obtainable.items()}
 
 
+class GrantWatch:
+    """Between two probes, read a team's grants entry every ``every_s`` and say when what
+    the team's parts act on (:func:`ray_ladder.cluster.grants.acted_on`) changed.
+
+    Args:
+        read: Returns the team's entry, or ``None`` (blocking: run in a thread).
+        every_s: How often to read it.
+    """
+
+    def __init__(self, read: Callable[[], Mapping[str, Any] | None],
+                 every_s: float = TEAM_WATCH_S) -> None:
+        self._read, self.every_s = read, every_s
+        self._seen: Any = _UNSET
+
+    async def sleep_until(self, due: float) -> bool:
+        """Sleep until the loop's time ``due``; ``True`` when woken early by a change
+        (the first entry read only sets what was seen)."""
+        loop = asyncio.get_running_loop()
+        while (left := due - loop.time()) > 0:
+            await asyncio.sleep(min(self.every_s, left))
+            try:
+                seen = acted_on(await asyncio.to_thread(self._read))
+            except Exception:  # the KV is unreachable: the probe keeps the last grants
+                logger.debug("grants watch read failed", exc_info=True)
+                continue
+            changed = self._seen is not _UNSET and seen != self._seen
+            self._seen = seen
+            if changed:
+                return True
+        return False
+
+
 class Prober:
     """The router's background half: every ``probe_interval_s`` it reads capacity (the
     :class:`~ray_ladder.CapacityView`) and, when needed, running replicas, feeds them to
@@ -85,7 +122,8 @@ class Prober:
         failed: Called with ``(rung, RungFailed)`` when a ping got an error.
         spawn: Runs a coroutine in the background (keeping a reference).
         clock: Wall clock.
-        team: The fleet team the app is bound to: its demand goes to the arbiter.
+        team: The fleet team the app is bound to: its demand goes to the arbiter, and its
+            grants entry is watched between probes (:class:`GrantWatch`).
     """
 
     def __init__(self, state: RouterState, caller: RungCaller, view: CapacityView,
@@ -108,6 +146,8 @@ class Prober:
         self.errors = 0
         self.last_s = 0.0
         self.max_lag_s = 0.0
+        reader = GrantReader()
+        self._watch = None if team is None else GrantWatch(lambda: reader.get(team))
 
     async def probe(self) -> None:
         """One probe: observe, move the selectors, start pings, wake waiting requests."""
@@ -177,9 +217,12 @@ class Prober:
         while True:
             # Keep the cadence: a slow probe shortens the wait before the next one.
             due = max(due + interval, loop.time())
-            await asyncio.sleep(due - loop.time())
-            # How late the loop woke up: a blocked event loop delays every request.
-            self.max_lag_s = max(self.max_lag_s, loop.time() - due)
+            if self._watch is not None and await self._watch.sleep_until(due):
+                due = loop.time()  # the team's grants changed: probe now, cadence from here
+            else:
+                await asyncio.sleep(max(0.0, due - loop.time()))
+                # How late the loop woke up: a blocked event loop delays every request.
+                self.max_lag_s = max(self.max_lag_s, loop.time() - due)
             try:
                 await self.probe()
             except RuntimeError as err:
