@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -25,6 +27,14 @@ T = TypeVar("T")
 #: aborts; ``Node`` waits 30 s for the raylet to register); neither wait can be set, and
 #: on a machine whose CPUs another Ray workload holds, a healthy start can miss them.
 START_ATTEMPTS = 3
+#: Ray starts each process of a node with ``subprocess.Popen(preexec_fn=...)``: Python code
+#: that runs in the forked child before its exec. Forked from a process with many threads
+#: (a test's load threads, Ray's own), the child can deadlock there on a lock another
+#: thread held at the fork, and the ``Popen`` waits for it forever (a fresh-clone run's
+#: ``add_node`` hung 600 s so). A child still running this process's own command line
+#: this long after its fork never execs: it is killed, ``Popen`` returns, Ray's start
+#: fails on the dead process, and the start is tried again.
+STUCK_FORK_S = 10.0
 
 
 def sigkill_node(node: Any) -> None:
@@ -56,7 +66,8 @@ def start_with_retries(start: Callable[[], T], what: str, *,
     for attempt in range(1, attempts + 1):
         before = _children()
         try:
-            return start()
+            with ForkWatch():
+                return start()
         except (ValueError, TypeError):
             raise
         except Exception as err:
@@ -68,6 +79,42 @@ def start_with_retries(start: Callable[[], T], what: str, *,
                            type(err).__name__, err, len(left))
             _kill(left)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+class ForkWatch:
+    """While in its ``with`` block, kill this process's children that were forked in it
+    and still run this process's command line after ``stuck_s`` (a fork that never
+    reached its exec; see :data:`STUCK_FORK_S`). ``killed`` counts them."""
+
+    def __init__(self, stuck_s: float = STUCK_FORK_S, every_s: float = 1.0) -> None:
+        me = psutil.Process()
+        self._me, self._cmdline = me, me.cmdline()
+        self.stuck_s, self.every_s = stuck_s, every_s
+        self.killed = 0
+        self._since = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fork-watch", daemon=True)
+
+    def __enter__(self) -> ForkWatch:
+        self._since = time.time() - 1.0  # create_time has a coarse clock
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            for child in self._me.children():
+                with contextlib.suppress(psutil.Error):  # gone, a zombie, or not ours
+                    age = time.time() - child.create_time()
+                    if (child.create_time() >= self._since and age > self.stuck_s
+                            and child.cmdline() == self._cmdline):
+                        logger.warning("killing child %d: forked %.0f s ago to start a Ray "
+                                       "process, it never reached its exec", child.pid, age)
+                        child.kill()
+                        self.killed += 1
 
 
 def _children() -> dict[int, Any]:

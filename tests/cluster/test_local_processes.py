@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
 
-from ray_ladder.cluster.local_processes import start_with_retries
+from ray_ladder.cluster.local_processes import ForkWatch, start_with_retries
 from ray_ladder.testing import wait_until
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
@@ -70,3 +71,28 @@ def test_an_argument_error_is_not_tried_again():
     with pytest.raises(ValueError, match="num_cpus"):
         start_with_retries(bad, "a node")
     assert calls == [1]
+
+
+def _stuck_before_exec() -> None:
+    time.sleep(120)  # a preexec_fn that never returns: the fork never reaches its exec
+
+
+def test_a_fork_stuck_before_its_exec_is_killed_and_the_popen_returns():
+    started = time.monotonic()
+    with ForkWatch(stuck_s=1.0, every_s=0.2) as watch:
+        proc = subprocess.Popen(SLEEPER, preexec_fn=_stuck_before_exec)  # noqa: PLW1509
+        proc.wait(timeout=30)  # killed before its exec: it never ran the sleeper
+    assert watch.killed == 1 and time.monotonic() - started < 30
+
+
+def test_children_that_reached_their_exec_are_left_alone():
+    with ForkWatch(stuck_s=0.2, every_s=0.1) as watch:
+        proc = subprocess.Popen(SLEEPER)  # forked inside the watch, and exec'd
+        try:
+            wait_until(lambda: psutil.Process(proc.pid).cmdline() == SLEEPER, 10, 0.05,
+                       "the child's exec")
+            time.sleep(1.0)  # a window the watch runs over: nothing to wait for
+            assert watch.killed == 0 and proc.poll() is None
+        finally:
+            proc.kill()
+            proc.wait()
