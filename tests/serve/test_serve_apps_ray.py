@@ -131,6 +131,9 @@ class App:
         headers = {"X-Ladder-Jurisdiction": where} if where else {}
         return self.http.post(self.url + "/", json=payload, headers=headers)
 
+    def current(self) -> str | None:
+        return self.http.get(self.url + "/-/ladder").json()["current"]
+
     def running(self, rung: str) -> int:
         state = self.http.get(self.url + "/-/ladder").json()
         return next(r for r in state["rungs"] if r["name"] == rung)["running_replicas"]
@@ -158,6 +161,9 @@ def app(local_cluster):
         wait_until(lambda: all(running.running(r) >= 1 for r in ("app", "dep", "server",
                                                                 "plain")),
                    SLOW, 0.2, "a replica of every rung running")
+        # The router climbs to app (the top rung) on its own probes, after the replicas run:
+        # a loaded run's first request found it still on dep (a 400 from dep's schema).
+        wait_until(lambda: running.current() == "app", SLOW, 0.2, "the router on app")
         yield running
     finally:
         serve.shutdown()
