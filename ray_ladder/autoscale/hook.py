@@ -12,6 +12,7 @@ from ray_ladder.autoscale import sources
 from ray_ladder.autoscale.plan import MAX_EVENTS, AutoscaleOptions, AutoscalePlanner
 from ray_ladder.autoscale.teams import TeamGrants
 from ray_ladder.cluster.board import hook_step
+from ray_ladder.cluster.capacity import resolve_node_source
 from ray_ladder.cluster.grants import GrantReader
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.spec import Ladder, as_ladder
@@ -78,6 +79,7 @@ class AutoscaleHook:
             self.planner.restore(saved["planner"])
         self.restarts = int(saved.get("restarts", -1)) + 1 if not saved.get("stopped") else 0
         self.interval_s = self.options.interval_s or self.ladder.policy.probe_interval_s
+        self._nodes = resolve_node_source(None, "AutoscaleHook", max_age_s=self.interval_s)
         self.version = int(saved.get("version", 0))
         self.events: list[dict[str, Any]] = list(saved.get("events", []))[-MAX_EVENTS:]
         self._fingerprint: Any = None
@@ -109,7 +111,7 @@ class AutoscaleHook:
     def step(self) -> dict[str, Any]:
         """One observation and request (the loop calls it every ``interval_s``)."""
         now = time.time()  # wall clock: the autoscaler's records use it
-        present, on_head = sources.present_placements(self.ladder)
+        present, on_head = sources.present_placements(self.ladder, self._nodes)
         plan = self.planner.step(present, sources.read_launch_failures(), now, on_head=on_head,
                                  team=self._team_grants())
         request = (plan.bundles, plan.label_selectors)

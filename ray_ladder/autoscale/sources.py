@@ -10,7 +10,7 @@ from typing import Any
 
 from ray_ladder.autoscale.plan import LaunchFailure
 from ray_ladder.cluster import ray_private, roles
-from ray_ladder.cluster.capacity import ray_node_states
+from ray_ladder.cluster.capacity import NodeSource, ray_node_states
 from ray_ladder.core.placement import ladder_capacity
 from ray_ladder.core.spec import Ladder
 
@@ -26,14 +26,16 @@ REQUEST_STALE_S = 120.0
 HEAD_RESOURCE = "node:__internal_head__"
 
 
-def present_placements(ladder: Ladder) -> tuple[dict[str, int], set[str]]:
+def present_placements(ladder: Ladder, node_source: NodeSource = ray_node_states,
+                       ) -> tuple[dict[str, int], set[str]]:
     """Rung -> placements the alive nodes can host, and the rungs the head node hosts.
 
     The head never leaves the cluster, so a rung it can host needs no node request (and
     asking for a generic shape such as ``{"CPU": 1}`` could make the autoscaler launch an
-    unrelated node type). Needs ``ray.init``.
+    unrelated node type). ``node_source``: the hook's (Ray's GCS, or the fleet's shared
+    node table). Needs ``ray.init``.
     """
-    nodes = ray_node_states()
+    nodes = node_source()
     heads = [n for n in nodes if n.alive and HEAD_RESOURCE in n.total]
     on_head = {name for name, cap in ladder_capacity(ladder, heads).items() if cap.total > 0}
     return ({name: cap.total for name, cap in ladder_capacity(ladder, nodes).items()},

@@ -19,6 +19,7 @@ from ray_ladder.cluster.grants import (
     budget_rungs,
     team_limits,
 )
+from ray_ladder.cluster.node_table import SharedNodeTable, ray_node_states
 from ray_ladder.core.capacity_type import WINDOW_CLOSED_REASON, gate
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.placement import (
@@ -38,15 +39,21 @@ HookSource = Callable[[str], "Mapping[str, Any] | None"]
 NodeSource = Callable[[], list[NodeState]]
 
 
-def resolve_node_source(node_source: NodeSource | None, owner: str,
+def resolve_node_source(node_source: NodeSource | None, owner: str, *,
+                        max_age_s: float | None = None,
                         **old: NodeSource | None) -> NodeSource:
     """The node source a taker reads: ``node_source``, else the one passed under its old
     keyword (``old``: that keyword and value; a ``DeprecationWarning`` names the new one),
-    else Ray's GCS (:func:`ray_node_states`). Both at once is a ``TypeError``.
+    else Ray's GCS: with ``max_age_s`` (the taker's refresh interval) through the fleet
+    arbiter's published table while it is that fresh
+    (:class:`~ray_ladder.cluster.node_table.SharedNodeTable`), without it
+    :func:`ray_node_states` itself. Both at once is a ``TypeError``.
 
     Example:
         >>> resolve_node_source(None, "CapacityView", source=None) is ray_node_states
         True
+        >>> resolve_node_source(None, "CapacityView", max_age_s=1.0).max_age_s
+        1.0
     """
     given = {keyword: value for keyword, value in old.items() if value is not None}
     if given and node_source is not None:
@@ -55,7 +62,15 @@ def resolve_node_source(node_source: NodeSource | None, owner: str,
         warnings.warn(f"{owner}({keyword}=...) is deprecated; pass node_source=... instead",
                       DeprecationWarning, stacklevel=3)
         return value
-    return node_source or ray_node_states
+    if node_source is not None:
+        return node_source
+    return ray_node_states if max_age_s is None else SharedNodeTable(max_age_s)
+
+
+def reads_ray(source: NodeSource) -> bool:
+    """Whether ``source`` reads Ray's GCS (directly or through the shared table), so it
+    fails once Ray is shut down."""
+    return source is ray_node_states or isinstance(source, SharedNodeTable)
 
 
 @dataclass(frozen=True)
@@ -95,37 +110,6 @@ class CapacitySnapshot:
         return self.held.get(rung) or self.rungs[rung].state
 
 
-def ray_node_states() -> list[NodeState]:
-    """Read every node from Ray's GCS: liveness, labels, total and available resources.
-
-    Source of truth: ``ray.nodes()`` (alive flag, labels, totals), the GCS's per-node
-    available resources, and the GCS's draining-node table for preemption notices
-    (:func:`ray_private.draining_nodes`: node -> drain deadline, filled by the
-    ``DrainNode`` call that a SIGTERMed ``ray start --block`` (a deleted KubeRay pod)
-    and ``ray drain-node`` make; a SIGTERM to the raylet itself is no notice, and
-    autoscaler v2 drains only idle nodes). Needs ``ray.init()`` first.
-    """
-    import ray
-
-    from ray_ladder.cluster import ray_private
-
-    available = ray_private.available_resources_per_node()
-    draining = ray_private.draining_nodes()
-    out = []
-    for node in ray.nodes():
-        node_id = node["NodeID"]
-        out.append(NodeState(
-            node_id=node_id,
-            alive=bool(node.get("Alive")),
-            total=node.get("Resources") or {},
-            available=available.get(node_id, {}),
-            labels=node.get("Labels") or {},
-            draining=node_id in draining,
-            drain_deadline=draining.get(node_id),
-        ))
-    return out
-
-
 class CapacityView:
     """Cached view of which rungs of a ladder are obtainable now.
 
@@ -151,7 +135,9 @@ class CapacityView:
         ladder: The ladder.
         refresh_interval_s: Snapshot lifetime (default: ``ladder.policy.probe_interval_s``).
         require_available: Count busy rungs as unobtainable.
-        node_source: Returns node states (default: Ray's GCS via :func:`ray_node_states`;
+        node_source: Returns node states (default: Ray's GCS, through the fleet
+            arbiter's published node table while it is at most ``refresh_interval_s``
+            old (docs/teams.md), else :func:`ray_node_states`;
             :class:`ray_ladder.testing.FakeNodes` in a test). ``source=``, its old name,
             still works for one release with a ``DeprecationWarning``.
         clock: Monotonic clock (injectable for tests).
@@ -197,7 +183,8 @@ class CapacityView:
                                    else refresh_interval_s)
         self.require_available = require_available
         self.follow_hook = follow_hook
-        self._node_source = resolve_node_source(node_source, "CapacityView", source=source)
+        self._node_source = resolve_node_source(node_source, "CapacityView", source=source,
+                                                max_age_s=self.refresh_interval_s)
         self._clock = clock
         self._wall_clock = wall_clock
         self._ready = ready

@@ -131,6 +131,10 @@ class Fleet(BaseModel):
     fleet: str = Field(pattern=SLUG_PATTERN, description="The fleet's name.")
     description: str = Field("", description="Free text.")
     control_period_s: float = Field(1.0, gt=0, description="Seconds between arbiter rounds.")
+    node_table_period_s: float = Field(
+        0.25, gt=0, description="Seconds between the arbiter's reads of Ray's node table, "
+        "published for every ladder on the cluster (a part that refreshes more often "
+        "than this reads the GCS itself).")
     rungs: dict[str, SharedRung] = Field(min_length=1, description="The shared rungs.")
     teams: list[Team] = Field(min_length=1, description="The teams.")
 

@@ -1,7 +1,9 @@
 """The fleet arbiter: one restartable Ray actor per cluster that grants rung units to teams.
 
-Each round (every ``control_period_s``) it reads the node table once for every ladder on
-the cluster, sums the demand the parts reported in Ray's KV, asks the pure
+Every ``node_table_period_s`` it reads Ray's node table once for every ladder on the
+cluster and publishes it (:mod:`ray_ladder.cluster.node_table`: the parts read it there
+instead of the GCS while it is fresh). Each round (every ``control_period_s``) it also
+sums the demand the parts reported in Ray's KV, asks the pure
 :func:`ray_ladder.core.arbiter.decide`, then writes its whole state and one grants entry
 per team back to the KV (:mod:`ray_ladder.cluster.grants`). A SIGKILL loses no grant: Ray
 restarts the actor (``max_restarts=-1``), which resumes from the KV; meanwhile every part
@@ -19,12 +21,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ray_ladder.cluster import grants, metrics, ray_private
+from ray_ladder.cluster import grants, metrics, node_table, ray_private
 from ray_ladder.cluster.capacity import NodeSource, resolve_node_source
 from ray_ladder.cluster.event_log import log_event
 from ray_ladder.core.arbiter import Holdings, Reclaim, Round, decide, shared_capacity
 from ray_ladder.core.events import TransitionEvent
 from ray_ladder.core.fleet import Fleet, load_fleet
+from ray_ladder.core.placement import NodeState
 
 logger = logging.getLogger("ray_ladder.fleet")
 ARBITER_NAME = "ray_ladder_arbiter"
@@ -39,7 +42,8 @@ class FleetArbiter:
 
     Args:
         fleet_json: The fleet file as JSON (``Fleet.model_dump_json()``).
-        node_source: Node table reader (default: Ray's GCS).
+        node_source: Node table reader (default: Ray's GCS; only what it reads from the
+            GCS is published for the other parts).
         clock: Wall clock.
         loop: Run rounds in the background (``False``: only when :meth:`step` is called).
     """
@@ -48,6 +52,10 @@ class FleetArbiter:
                  clock: Callable[[], float] = time.time, loop: bool = True) -> None:
         self.fleet = Fleet.model_validate_json(fleet_json)
         self._nodes = resolve_node_source(node_source, "FleetArbiter")
+        self._publishes = node_source is None
+        #: Seconds between node-table reads (rounds run on every tick a round is due).
+        self.tick_s = min(self.fleet.node_table_period_s, self.fleet.control_period_s)
+        self.published = 0
         self._clock = clock
         raw = ray_private.kv_get(grants.STATE_KEY, namespace=grants.KV_NAMESPACE)
         self.state = grants.holdings_from_json(raw) if raw else Holdings()
@@ -61,19 +69,33 @@ class FleetArbiter:
             self._task = asyncio.get_event_loop().create_task(self._loop())
 
     async def _loop(self) -> None:
+        due = 0.0  # monotonic time of the next round
         while True:
+            began = time.monotonic()
             try:
-                await asyncio.to_thread(self.step)
+                if began >= due:
+                    due = began + self.fleet.control_period_s
+                    await asyncio.to_thread(self.step)
+                else:
+                    await asyncio.to_thread(self.read_nodes)
             except Exception:  # keep the last grants; the next round may work
                 self.errors += 1
                 logger.warning("arbiter round failed", exc_info=True)
-            await asyncio.sleep(self.fleet.control_period_s)
+            await asyncio.sleep(max(0.0, self.tick_s - (time.monotonic() - began)))
+
+    def read_nodes(self) -> list[NodeState]:
+        """Read the node table once and publish it for every ladder on the cluster."""
+        nodes = list(self._nodes())
+        if self._publishes:
+            node_table.publish(nodes, time.time(), self.tick_s)
+            self.published += 1
+        return nodes
 
     def step(self) -> dict[str, Any]:
         """One round: observe, decide, persist, publish. Returns :meth:`status`."""
         started = time.perf_counter()
         now = self._clock()
-        capacity = shared_capacity(self.fleet, self._nodes())
+        capacity = shared_capacity(self.fleet, self.read_nodes())
         demand = grants.sum_demand(self._demand_entries(), now)
         out = decide(self.fleet, self.state, capacity, demand, now)
         self.round_s = time.perf_counter() - started
@@ -163,6 +185,7 @@ class FleetArbiter:
                                 "max_cost": team.budget.max_cost if team.budget else None}
         _lent(teams, self.fleet)
         return {"fleet": self.fleet.fleet, "rounds": self.rounds, "errors": self.errors,
+                "node_tables_published": self.published,
                 "restored": self.restored, "round_s": round(self.round_s, 6),
                 "capacity": getattr(self, "_capacity", {}), "teams": teams,
                 "reclaims": [asdict(r) for r in self.state.reclaims]}

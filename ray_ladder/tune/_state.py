@@ -12,6 +12,8 @@ from ray_ladder.cluster.capacity import (
     CapacityView,
     NodeSource,
     ray_node_states,
+    reads_ray,
+    resolve_node_source,
 )
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.placement import NodeState
@@ -28,29 +30,36 @@ class View:
 
     Keeps the node list each snapshot was computed from (to tell a dead node from a
     trial that failed on a healthy one). A run bound to a fleet team reads the team's
-    view (its grants and reclaim notices: docs/teams.md). ``refresh()`` forces a read
-    when a decision needs the state of right now (after a failure).
+    view (its grants and reclaim notices: docs/teams.md). ``refresh()`` forces a read of
+    the GCS itself when a decision needs the state of right now (after a failure); the
+    background refresh reads through the fleet's shared node table while it is fresh
+    (``node_source`` None: Ray's GCS, see ``cluster/node_table.py``).
     """
 
-    def __init__(self, spec: LadderTrialSpec, node_source: NodeSource,
+    def __init__(self, spec: LadderTrialSpec, node_source: NodeSource | None,
                  clock: Callable[[], float]) -> None:
-        self._node_source = node_source
+        self.interval_s = spec.ladder.policy.probe_interval_s
+        self._node_source = resolve_node_source(node_source, "LadderScheduler",
+                                                max_age_s=self.interval_s)
+        self._direct = ray_node_states if node_source is None else node_source
+        self._now = True  # the next read is of the GCS itself (a forced refresh)
         self._clock = clock
         self._read_nodes: list[NodeState] = []
         self.view = CapacityView(spec.trial_ladder, require_available=True,
                                  node_source=self._read, team=spec.team)
-        self.interval_s = spec.ladder.policy.probe_interval_s
         self.state: tuple[CapacitySnapshot, list[NodeState], float] | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def _read(self) -> list[NodeState]:
-        self._read_nodes = list(self._node_source())
+        self._read_nodes = list((self._direct if self._now else self._node_source)())
         return self._read_nodes
 
-    def refresh(self) -> CapacitySnapshot:
+    def refresh(self, now: bool = True) -> CapacitySnapshot:
+        """Read capacity: of right now (``now``), or through the shared table."""
         with self._lock:
+            self._now = now
             snap = self.view.refresh()
             self.state = (snap, self._read_nodes, self._clock())
             return snap
@@ -84,10 +93,10 @@ class View:
         import ray
 
         while not self._stop.wait(self.interval_s):
-            if self._node_source is ray_node_states and not ray.is_initialized():
+            if reads_ray(self._node_source) and not ray.is_initialized():
                 return  # the run is over and Ray shut down
             try:
-                self.refresh()
+                self.refresh(now=False)
             except Exception as err:  # keep the last snapshot; Ray may be shutting down
                 logger.debug("ladder capacity refresh failed: %s", err)
 

@@ -13,7 +13,7 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from ray_ladder.cluster import ray_private
-from ray_ladder.cluster.capacity import NodeSource, resolve_node_source
+from ray_ladder.cluster.capacity import NodeSource, ray_node_states, resolve_node_source
 from ray_ladder.core.events import Direction, TransitionCause, TransitionEvent
 from ray_ladder.core.selector import Selector
 from ray_ladder.tune import lifecycle
@@ -87,8 +87,8 @@ class LadderScheduler(TrialScheduler):
         self.on_event = on_event
         self._clock = clock
         self._wall = wall_clock
-        self._node_source = resolve_node_source(node_source, "LadderScheduler",
-                                                capacity_source=capacity_source)
+        given = resolve_node_source(node_source, "LadderScheduler", capacity_source=capacity_source)
+        self._node_source: NodeSource | None = None if given is ray_node_states else given
         self._states: dict[str, TrialState] = {}
         self._views: dict[str, View] = {}
         self._specs: dict[str, LadderTrialSpec] = {}

@@ -1,5 +1,6 @@
 """The fleet arbiter on a real LocalCluster: grants in Ray's KV, a reclaim as a notice a
-team's CapacityView sees as going away, and a SIGKILL of the arbiter losing no grant."""
+team's CapacityView sees as going away, a SIGKILL of the arbiter losing no grant, and the
+one node table it reads for every ladder."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import ray
 
 from ray_ladder import Ladder
 from ray_ladder.cluster import grants, ray_private
-from ray_ladder.cluster.capacity import CapacityView
+from ray_ladder.cluster.capacity import CapacityView, ray_node_states
+from ray_ladder.cluster.node_table import SharedNodeTable
 from ray_ladder.core.fleet import Fleet
 from ray_ladder.fleet import get_arbiter, start_arbiter
 from ray_ladder.testing import wait_until
@@ -51,8 +53,12 @@ def held(team: str) -> tuple[int, int]:
 
 
 @pytest.fixture(scope="module")
-def arbiter(local_cluster):
-    local_cluster(ladder=LADDER, initial={"h100": 2, "a100": 1})
+def cluster(local_cluster):
+    return local_cluster(ladder=LADDER, initial={"h100": 2, "a100": 1})
+
+
+@pytest.fixture(scope="module")
+def arbiter(cluster):
     handle = start_arbiter(FLEET)
     wait_until(lambda: entry("a") and entry("b"), SLOW, 0.1, "grants published")
     yield handle
@@ -153,3 +159,25 @@ def test_a_borrowing_task_moves_off_reclaimed_units_and_loses_no_call(arbiter) -
     wait_until(lambda: held("a") == (2, 0) and held("b") == (0, 0), SLOW, 0.1,
                "a holds its quota after the grace")
     grants.report_demand("a", "app-a", {})
+
+
+def alive(nodes: list) -> set[str]:
+    return {n.node_id for n in nodes if n.alive}
+
+
+def test_every_ladder_reads_the_one_node_table_the_arbiter_publishes(arbiter, cluster) -> None:
+    """A reader refreshing every second uses the arbiter's table (no GCS read of its own)
+    and sees a node join and a node's SIGKILL through it."""
+    table = SharedNodeTable(1.0)
+    wait_until(lambda: alive(table()) == alive(ray_node_states()) and table.last == "shared",
+               SLOW, 0.1, "the arbiter's table, as the GCS has it")
+    extra = cluster.add_node("a100")
+    wait_until(lambda: extra.node_id in alive(table()) and table.last == "shared", SLOW, 0.1,
+               "the new node in the shared table")
+    view = CapacityView(LADDER, follow_hook=False, refresh_interval_s=1.0, node_source=table)
+    assert view.refresh().rungs["a100"].total == 2
+    cluster.remove_node(extra)  # SIGKILL: a preemption
+    wait_until(lambda: view.refresh().rungs["a100"].total == 1 and table.last == "shared",
+               SLOW, 0.1, "the node's death in the shared table")
+    assert table.reads["shared"] > table.reads["gcs"]
+    assert ray.get(arbiter.status.remote())["node_tables_published"] > 0

@@ -190,7 +190,7 @@ class LadderOrchestrator:
             interval = min((t.probe_s for t in self.tasks.values()), default=1.0)
             await asyncio.sleep(interval)
             try:
-                await loop.run_in_executor(None, self.nodes.refresh)
+                await loop.run_in_executor(None, self.nodes.refresh, interval)
             except Exception:  # keep the last view; the next probe tries again
                 logger.warning("ladder capacity refresh failed", exc_info=True)
                 continue

@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from ray_ladder.cluster.capacity import NodeSource, ray_node_states
+from ray_ladder.cluster.node_table import SharedNodeTable
 from ray_ladder.cluster.roles import HookRoles
 from ray_ladder.core.placement import NodeState
 
@@ -22,11 +23,13 @@ class NodeCache:
     background refresh, so that the capacity views never call the GCS on the event loop.
 
     Args:
-        node_source: Returns node states (default: Ray's GCS).
+        node_source: Returns node states (default: Ray's GCS, through the fleet's shared
+            node table while it is as fresh as the refresh interval: cluster/node_table.py).
     """
 
-    def __init__(self, node_source: NodeSource = ray_node_states) -> None:
-        self._node_source = node_source
+    def __init__(self, node_source: NodeSource | None = None) -> None:
+        self._shared = SharedNodeTable(1.0) if node_source is None else None
+        self._node_source: NodeSource = node_source or self._shared or ray_node_states
         self._nodes: list[NodeState] = []
         self._suspects: dict[str, float] = {}  # node id -> suspected until (monotonic)
         self.version = 0
@@ -42,7 +45,11 @@ class NodeCache:
         """The hook roles of ``ladder`` as of the last refresh (a CapacityView hook_source)."""
         return self._roles.get(ladder)
 
-    def refresh(self) -> None:
+    def refresh(self, interval_s: float | None = None) -> None:
+        """Read node states (and the hook roles); ``interval_s``: how often this is called
+        (the oldest shared node table it may use)."""
+        if self._shared is not None and interval_s is not None:
+            self._shared.max_age_s = interval_s
         nodes = self._node_source()
         for ladder in list(self._roles):
             self._roles[ladder] = self._hook.get(ladder)
