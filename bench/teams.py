@@ -29,6 +29,12 @@ on 2 cores:
                                 the notice, b's grace, b's replica going, a's starting);
                                 with the steps (``reclaim_notice_s``,
                                 ``borrower_moved_*_s``, ``lender_tasks_on_h100_s``)
+``lender_whole_quota_in_use_s`` from a's arrival to the first moment a's own work holds
+                                both h100 units at once (its app answers from h100 while
+                                one of its tasks runs there), read from the answers, not
+                                the arbiter's books; ``plain_ray_lender_whole_quota_in_use_s``
+                                the same in the plain run (null: not within the horizon:
+                                b's app replica keeps its unit as long as b's app runs)
 ``borrower_failed_requests``,   b's requests not answered 200 and task calls that
 ``borrower_tasks_lost``         returned nothing, over the whole run; goal 0
 ``plain_ray_lender_wait_s``     the same scenario with no arbiter and no team binding:

@@ -52,10 +52,11 @@ def _run(lost_task: bool = False, failed: bool = False) -> Result:
     res.samples = [_s(0.0, 0, 2), _s(5.5, 0, 2, 2), _s(9.5, 2, 0), _s(12.0, 2, 0)]
     res.requests = [Request("b", t, 200, "h100") for t in (1.0, 3.0, 5.2)] + [
         Request("b", 6.0, 500 if failed else 200, "l4"), Request("b", 8.0, 200, "l4"),
-        Request("a", 7.0, 200, "a100"), Request("a", 10.0, 200, "h100")]
+        Request("a", 7.0, 200, "a100"), Request("a", 10.0, 200, "h100", answered=10.1),
+        Request("a", 10.6, 200, "h100", answered=10.7)]
     res.tasks = [TaskCall("b", 1.0, "h100"), TaskCall("b", 6.5, "l4"),
                  TaskCall("b", 7.0, None if lost_task else "l4", "E" if lost_task else ""),
-                 TaskCall("a", 6.0, "a100"), TaskCall("a", 10.5, "h100")]
+                 TaskCall("a", 6.0, "a100"), TaskCall("a", 10.5, "h100", done=11.0)]
     res.marks = [Mark(0.0, "b's load starts"), Mark(5.0, "a's load arrives")]
     return res
 
@@ -99,6 +100,15 @@ def test_plain_ray_wait_is_capped_at_the_horizon_and_says_so():
     assert waited["plain_ray_borrower_requests_on_h100_after_arrival"] == 1
 
 
+def test_the_whole_quota_is_in_use_only_while_a_task_and_an_answer_overlap_on_h100():
+    res = _run()
+    assert live_figures(res)["lender_whole_quota_in_use_s"] == 5.6  # 10.6 - 5.0
+    res.requests = [r for r in res.requests if r.t != 10.6]  # the answer before the task
+    assert live_figures(res)["lender_whole_quota_in_use_s"] is None
+    res.mode = "plain"
+    assert plain_figures(res)["plain_ray_lender_whole_quota_in_use_s"] is None
+
+
 def test_a_figure_that_never_happened_is_none():
     res = _run()
     res.requests = [r for r in res.requests if r.team == "b"]
@@ -110,8 +120,9 @@ def test_the_moves_awaited_need_the_arbiter_only_for_the_notice():
     fleet, plain = moves(True), moves(False)
     assert list(fleet)[0] == "reclaim notice to b" and "reclaim notice to b" not in plain
     assert [check(res, res.arrived_at) for check in fleet.values()] == [5.5, 6.0, 6.5, 10.0,
-                                                                        10.5, 9.5]
+                                                                        10.5, 9.5, 10.6]
     assert "a holds its quota again" not in plain
+    assert plain["a's work holds both units"](res, res.arrived_at) == 10.6
     assert fleet["a served from h100"](res, 11.0) is None  # nothing of a's on h100 after 11 s
 
 

@@ -33,6 +33,30 @@ def first_served(res: Result, team: str, rung: str, kind: str) -> float | None:
     return None if t is None else round(t - res.arrived_at, 3)
 
 
+def whole_quota_in_use(res: Result, team: str = "a") -> float | None:
+    """Seconds from a's arrival to the first moment ``team``'s own work holds both h100
+    units at once (the story's nominal quota): its app answers from h100 (its replica
+    holds one unit) while one of its task calls runs there (the other). Read from what
+    answered, not from the arbiter's books, so a plain-Ray run is timed the same way;
+    None: not within the run.
+
+    Example:
+        >>> res = Result("plain", arrived_at=1.0, horizon_s=9.0)
+        >>> res.requests = [Request("a", 3.0, 200, "h100", answered=3.1)]
+        >>> res.tasks = [TaskCall("a", 2.8, "h100", done=3.4)]
+        >>> whole_quota_in_use(res)
+        2.0
+    """
+    calls = [c for c in res.tasks if c.team == team and c.rung == SHARED and c.done is not None
+             and c.done >= res.arrived_at]
+    answers = [r for r in res.requests if r.team == team and r.rung == SHARED
+               and r.status == 200 and r.answered is not None and r.answered >= res.arrived_at]
+    both = [max(c.t, r.t, res.arrived_at) for c in calls for r in answers
+            if c.done is not None and r.answered is not None
+            and r.t <= c.done and c.t <= r.answered]
+    return None if not both else round(min(both) - res.arrived_at, 3)
+
+
 def failed_requests(records: Iterable[Request], team: str) -> int:
     """Requests of ``team`` not answered 200 (a 503 shed counts: nothing answered it)."""
     return sum(r.team == team and r.status != 200 for r in records)
@@ -88,6 +112,7 @@ def live_figures(res: Result) -> dict[str, Any]:
         "lender_tasks_on_h100_s": first_served(res, "a", SHARED, "tasks"),
         "reclaim_notice_s": None if notice is None else round(notice - res.arrived_at, 3),
         "lender_holds_quota_s": None if moved is None else round(moved - res.arrived_at, 3),
+        "lender_whole_quota_in_use_s": whole_quota_in_use(res),
         "borrower_moved_requests_s": first_served(res, "b", LOWER["b"], "requests"),
         "borrower_moved_tasks_s": first_served(res, "b", LOWER["b"], "tasks"),
         "borrower_failed_requests": failed_requests(res.requests, "b"),
@@ -105,6 +130,7 @@ def plain_figures(res: Result) -> dict[str, Any]:
     wait = res.horizon_s if capped else max(v for v in parts.values() if v is not None)
     return {
         "plain_ray_lender_wait_s": round(wait, 3),
+        "plain_ray_lender_whole_quota_in_use_s": whole_quota_in_use(res),
         "plain_ray_lender_wait_at_horizon": capped,
         "plain_ray_horizon_s": res.horizon_s,
         "plain_ray_lender_requests_on_h100_s": parts["requests"],

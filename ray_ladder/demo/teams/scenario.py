@@ -97,12 +97,14 @@ class Request:
 
 @dataclass(frozen=True)
 class TaskCall:
-    """One ``@ladder_task`` call: sent at ``t``, the rung that ran it (None: lost)."""
+    """One ``@ladder_task`` call: sent at ``t``, the rung that ran it (None: lost), its
+    answer back at ``done`` (the same clock; None: not recorded)."""
 
     team: str
     t: float
     rung: str | None
     error: str = ""
+    done: float | None = None
 
 
 @dataclass(frozen=True)
@@ -217,7 +219,8 @@ class Feeder:
             ref = self.task.remote(len(self.sent))
             self.sent.append((at, ref))
             try:
-                self.done.append(TaskCall(self.team, at, ray.get(ref, timeout=120)))
+                rung = ray.get(ref, timeout=120)
+                self.done.append(TaskCall(self.team, at, rung, done=self.clock()))
             except Exception as err:  # lost: counted, and the feeder goes on
                 self.done.append(TaskCall(self.team, at, None, type(err).__name__))
 

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ray_ladder.demo.teams.figures import whole_quota_in_use
 from ray_ladder.demo.teams.scenario import (
     LOWER,
     SHARED,
@@ -54,6 +55,12 @@ def _quota_back(res: Result, since: float) -> float | None:
                default=None)
 
 
+def _whole_quota(res: Result, since: float) -> float | None:
+    """When a's own work first held both h100 units at once (figures.whole_quota_in_use)."""
+    after = whole_quota_in_use(res)
+    return None if after is None else res.arrived_at + after
+
+
 def moves(fleet: bool) -> dict[str, Check]:
     """The moves after a's arrival, in story order (no notice without an arbiter)."""
     out: dict[str, Check] = {"reclaim notice to b": _noticed} if fleet else {}
@@ -64,6 +71,7 @@ def moves(fleet: bool) -> dict[str, Check]:
         "a's tasks on h100": _served("a", SHARED, "tasks")})
     if fleet:  # the story ends once the lender holds its quota again, not at a guess
         out["a holds its quota again"] = _quota_back
+    out["a's work holds both units"] = _whole_quota  # plain Ray: b's replica keeps one
     return out
 
 
