@@ -3,8 +3,9 @@ eight processes, without the fleet arbiter and with it, on one real LocalCluster
 
 Each reader is an actor whose ``CapacityView`` refreshes every 0.25 s through the default
 node source (``SharedNodeTable``, cluster/node_table.py). The GCS's own counters
-(``GetAllNodeInfo`` and ``GetAllAvailableResources`` request counts in its debug dump,
-written every second here) give the reads it served over each phase; the readers say how
+(``GetAllNodeInfo`` and ``GetAllAvailableResources`` request counts in the debug state it
+logs every ``event_stats_print_interval_ms``, 1 s here) give the reads it served over each
+phase; the readers say how
 each of their reads was answered. Then one node is SIGKILLed and the bench times until
 every reader's view has lost it (the table must not make a fall slower than a reader's
 own read would, plus one interval).
@@ -80,7 +81,7 @@ class GcsCounters:
 def _reader_class() -> Any:
     import ray
 
-    @ray.remote(num_cpus=0)
+    @ray.remote(num_cpus=0, resources={"node:__internal_head__": 0.001})  # not on a victim
     class Reader:
         """A ladder's capacity view refreshing in the background (a router's, say)."""
 
@@ -151,7 +152,7 @@ def main() -> dict[str, Any]:
     with LocalCluster({"h100": {"resources": {"ladder/h100": 1}},
                        "a100": {"resources": {"ladder/a100": 1}}},
                       initial={"h100": 1, "a100": 2},
-                      system_config={"debug_dump_period_milliseconds": 1000}) as cluster:
+                      system_config={"event_stats_print_interval_ms": 1000}) as cluster:
         counters = GcsCounters(Path(cluster.head.logs_dir) / "gcs_server.out")
         reader = _reader_class()
         readers = [reader.remote() for _ in range(READERS)]
