@@ -113,7 +113,8 @@ class AutoscaleHook:
         now = time.time()  # wall clock: the autoscaler's records use it
         present, on_head = sources.present_placements(self.ladder, self._nodes)
         plan = self.planner.step(present, sources.read_launch_failures(), now, on_head=on_head,
-                                 team=self._team_grants())
+                                 team=self._team_grants(),
+                                 spill=sources.read_spill(self.ladder.name, now))
         request = (plan.bundles, plan.label_selectors)
         if request != self._sent or now - self._sent_at >= RESEND_S:
             sources.submit_request(self.ladder.name, plan.bundles, plan.label_selectors, now)

@@ -138,12 +138,13 @@ class AutoscalePlanner:
         self.target: str | None = None
         self._on_head: set[str] = set()
         self.team: TeamGrants | None = None
+        self._spill: dict[str, int] = {}
 
     # --- one step ------------------------------------------------------------------------
 
     def step(self, present: Mapping[str, int], failures: Iterable[LaunchFailure],
-             now: float, on_head: Collection[str] = (), team: TeamGrants | None = None
-             ) -> Plan:
+             now: float, on_head: Collection[str] = (), team: TeamGrants | None = None,
+             spill: Mapping[str, int] | None = None) -> Plan:
         """Advance by one observation.
 
         Args:
@@ -152,8 +153,12 @@ class AutoscalePlanner:
             now: Unix time (the autoscaler's records use the same clock).
             on_head: Rungs the head node hosts: never requested (the head never leaves).
             team: The hook's team's grants (``None``: no fleet, no team rule).
+            spill: Rung -> placements the ladder's Serve routers want for a sustained
+                spill past it (``sources.read_spill``): a rung the hook asks for anyway
+                is asked for with that many placements (never a rung it would not ask for).
         """
         self._events = []
+        self._spill = dict(spill or {})
         self._on_head = set(on_head)
         self.team = team
         self._take_failures(failures, now)
@@ -291,12 +296,21 @@ class AutoscalePlanner:
             st.role = ("serving" if name == self.serving else "warming" if warming
                        else ("draining" if keep else "released")
                        if st.status == "up" and own_nodes else "none")
-            st.target_bundles = self.options.bundles_per_rung if keep else 0
+            self._size(st, keep, now)
             rung = self.ladder.rung(name)
             for _ in range(st.target_bundles):
                 bundles.append(demand(rung))
                 selectors.append(dict(rung.label_selector))
         return bundles, selectors
+
+    def _size(self, st: RungState, keep: bool, now: float) -> None:
+        """Placements to ask for a kept rung: ``bundles_per_rung``, or its spill's."""
+        base = self.options.bundles_per_rung
+        wanted = max(base, self._spill.get(st.name, 0)) if keep else 0
+        if wanted > max(base, st.target_bundles):
+            self._event(now, "requested", st.name, f"asking for {wanted} placements: its "
+                        "Serve routers' requests spill past it (sustained)")
+        st.target_bundles = wanted
 
     # --- events and state ----------------------------------------------------------------
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ray_ladder.autoscale.plan import LaunchFailure
@@ -40,6 +41,43 @@ def present_placements(ladder: Ladder, node_source: NodeSource = ray_node_states
     on_head = {name for name, cap in ladder_capacity(ladder, heads).items() if cap.total > 0}
     return ({name: cap.total for name, cap in ladder_capacity(ladder, nodes).items()},
             on_head)
+
+
+def spill_wanted(entries: Iterable[Mapping[str, Any]], ladder: str, now: float,
+                 fresh_s: float = 30.0) -> dict[str, int]:
+    """Rung -> placements ``ladder``'s Serve routers want for their sustained spill (the
+    replicas each router published, summed over its apps; stale entries left out).
+
+    Example:
+        >>> spill_wanted([{"time": 95.0, "ladder": "gpu", "rungs": {"h100": 3}},
+        ...               {"time": 99.0, "ladder": "gpu", "rungs": {"h100": 1}},
+        ...               {"time": 10.0, "ladder": "gpu", "rungs": {"h100": 5}},
+        ...               {"time": 99.0, "ladder": "other", "rungs": {"h100": 7}}],
+        ...              "gpu", now=100.0)
+        {'h100': 4}
+    """
+    out: dict[str, int] = {}
+    for entry in entries:
+        at, rungs = entry.get("time"), entry.get("rungs")
+        if entry.get("ladder") != ladder or not isinstance(at, (int, float)) \
+                or not isinstance(rungs, Mapping) or not -5.0 <= now - at < fresh_s:
+            continue
+        for rung, n in rungs.items():
+            if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+                out[rung] = out.get(rung, 0) + n
+    return out
+
+
+def read_spill(ladder: str, now: float) -> dict[str, int]:
+    """:func:`spill_wanted` from the routers' entries in Ray's KV (``serve/spill/<app>``)."""
+    entries = []
+    for key in ray_private.kv_list(roles.SPILL_PREFIX, namespace=roles.KV_NAMESPACE):
+        raw = ray_private.kv_get(key.decode(), namespace=roles.KV_NAMESPACE)
+        with contextlib.suppress(ValueError):
+            entry = json.loads(raw) if raw else None
+            if isinstance(entry, dict):
+                entries.append(entry)
+    return spill_wanted(entries, ladder, now, roles.SPILL_FRESH_S)
 
 
 def autoscaler_v2_enabled() -> bool:

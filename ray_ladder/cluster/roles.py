@@ -18,6 +18,10 @@ STALE_MIN_S = 30.0
 #: How long a consumer that found no roles entry waits before asking the KV again.
 ABSENT_RECHECK_S = 5.0
 RELEASED_REASON = "released by the autoscaler hook"
+#: Where Serve routers publish the replicas their rungs want for a sustained spill, and
+#: how long an entry counts (serve/scaling.py repeats both; the hook reads them).
+SPILL_PREFIX = "serve/spill/"
+SPILL_FRESH_S = 30.0
 
 
 def summarize(state: Mapping[str, Any]) -> dict[str, Any]:

@@ -207,7 +207,8 @@ class Prober:
         self._spill_published, self._spill_at = wanted, now
         if wanted:
             logger.info("sustained spill: rungs want replicas %s", wanted)
-        self._spawn(asyncio.to_thread(publish_spill, self._app(), wanted, now))
+        self._spawn(asyncio.to_thread(publish_spill, self._app(), wanted, now,
+                                      self._ladder.name))
 
     async def loop(self) -> None:
         """Probe every ``probe_interval_s`` until the replica stops."""

@@ -27,7 +27,9 @@ PRIME_HOLD_S = 60.0
 #: calls the policy every 0.1 s: one KV read per loop per cold rung).
 PRIME_READ_EVERY_S = 0.1
 #: Where a ladder router publishes the replicas its rungs need for their sustained spill:
-#: app -> {"time": wall time, "rungs": {rung: replicas}} (ray_ladder/serve/load.py).
+#: app -> {"time": wall time, "ladder": name, "rungs": {rung: replicas}}
+#: (ray_ladder/serve/load.py); the rung's scaling policy and the ladder's autoscaler hook
+#: read it.
 SPILL_PREFIX = "serve/spill/"
 #: A spill entry older than this is stale (the router stopped publishing it).
 SPILL_FRESH_S = 30.0
@@ -48,11 +50,13 @@ def publish_primes(app: str, primes: dict[str, float]) -> None:
                      namespace=HOOK_KV_NAMESPACE)
 
 
-def publish_spill(app: str, wanted: dict[str, int], now: float) -> None:
-    """The router's side: rung -> replicas it needs for its sustained spill, of ``app``."""
+def publish_spill(app: str, wanted: dict[str, int], now: float, ladder: str) -> None:
+    """The router's side: rung -> replicas it needs for its sustained spill, of ``app``
+    (whose ladder is ``ladder``)."""
     from ray.experimental.internal_kv import _internal_kv_put
 
-    _internal_kv_put(SPILL_PREFIX + app, json.dumps({"time": now, "rungs": wanted}),
+    _internal_kv_put(SPILL_PREFIX + app, json.dumps({"time": now, "ladder": ladder,
+                                                     "rungs": wanted}),
                      overwrite=True, namespace=HOOK_KV_NAMESPACE)
 
 

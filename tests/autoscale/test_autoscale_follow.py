@@ -131,6 +131,8 @@ def test_policy_constants_match_the_hook_publisher():
         roles.KV_NAMESPACE, roles.ROLES_PREFIX)
     assert (scaling.HOOK_STALE_STEPS, scaling.HOOK_STALE_MIN_S) == (
         roles.STALE_STEPS, roles.STALE_MIN_S)
+    assert (scaling.SPILL_PREFIX, scaling.SPILL_FRESH_S) == (
+        roles.SPILL_PREFIX, roles.SPILL_FRESH_S)
 
 
 class _Policy:
@@ -268,3 +270,16 @@ def test_orchestrator_node_cache_reads_roles_in_its_background_refresh():
     cache.refresh()
     assert reads == ["follow"] and roles.released_rungs(cache.hook_roles("follow"), NOW) == [
         "a100"]
+
+
+def test_the_hook_sums_the_fresh_spill_of_its_own_ladders_apps_only():
+    from ray_ladder.autoscale.sources import spill_wanted
+
+    entries = [{"time": 99.0, "ladder": "gpu", "rungs": {"h100": 2, "a100": 0}},
+               {"time": 98.0, "ladder": "gpu", "rungs": {"h100": 1, "a100": True}},
+               {"time": 60.0, "ladder": "gpu", "rungs": {"h100": 9}},     # stale
+               {"time": 99.0, "rungs": {"h100": 9}},                     # no ladder named
+               {"time": "x", "ladder": "gpu", "rungs": {"h100": 9}},      # not a time
+               {"time": 99.0, "ladder": "gpu", "rungs": ["h100"]}]        # not a mapping
+    assert spill_wanted(entries, "gpu", now=100.0) == {"h100": 3}
+    assert spill_wanted(entries, "other", now=100.0) == {}

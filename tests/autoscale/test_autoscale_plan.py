@@ -223,3 +223,16 @@ def test_a_persisted_refusal_count_of_any_size_or_shape_keeps_the_hook_steering(
     h100 = q.rungs["h100"]
     assert h100.status == "stocked_out" and plan.target == "a100"
     assert h100.next_retry == 1.0 + OPTS.retry_delay_s(restored + 1)
+
+
+def test_a_sustained_spill_asks_for_that_many_placements_of_a_rung_the_hook_keeps():
+    p = AutoscalePlanner(LADDER, OPTS)
+    p.step({"h100": 1, "cpu": 1}, [], now=100.0)
+    plan = p.step({"h100": 1, "cpu": 1}, [], now=101.0, spill={"h100": 3, "a100": 2})
+    assert requested(plan) == ["h100", "h100", "h100"]  # a100 is neither served nor aimed at
+    [ev] = [e for e in plan.events if e["kind"] == "requested"]
+    assert ev["rung"] == "h100" and "spill past it" in ev["reason"]
+    again = p.step({"h100": 3, "cpu": 1}, [], now=102.0, spill={"h100": 3})
+    assert requested(again) == ["h100"] * 3 and not again.events  # said once
+    calm = p.step({"h100": 3, "cpu": 1}, [], now=103.0)
+    assert requested(calm) == ["h100"]  # the spill is over: back to bundles_per_rung

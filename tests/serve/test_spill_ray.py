@@ -17,6 +17,7 @@ import pytest
 from ray import serve
 
 from ray_ladder import Ladder
+from ray_ladder.autoscale.sources import read_spill
 from ray_ladder.serve import build_app
 from ray_ladder.testing import free_port, open_loop, wait_until
 
@@ -182,9 +183,13 @@ def test_sustained_spill_is_demand_the_top_rung_grows_and_takes_it_back(app):
     load.start()
     seen: list = []
 
+    hook_saw: list[dict] = []
+
     def grown() -> bool:
         state = _state(client, grow)
         seen.append((state["spill_wants_replicas"], state["metrics"]["spills"]))
+        if state["spill_wants_replicas"]:  # what the ladder's autoscaler hook reads
+            hook_saw.append(read_spill(state["ladder"], time.time()))
         return next(r for r in state["rungs"] if r["name"] == "top")["running_replicas"] == 2
 
     try:
@@ -195,6 +200,7 @@ def test_sustained_spill_is_demand_the_top_rung_grows_and_takes_it_back(app):
     finally:
         load.join()
     assert all(s[1][0] == 200 for s in shots)
+    assert any(saw.get("top", 0) >= 2 for saw in hook_saw), hook_saw  # placements to ask
     later = [s for s in shots if s[0] > grew_at + 2.0]
     assert later and sum(s[1][1] == "top" for s in later) / len(later) >= 0.8, \
         [s[1][1] for s in later]
