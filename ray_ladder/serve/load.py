@@ -8,9 +8,10 @@ replicas x ``max_ongoing_requests``) and ``in_flight`` requests on it has
 ``ahead = max(0, in_flight - slots + 1)`` requests to wait for: each costs the wait per
 place the router measured for requests that queued there (Serve's handle polls a full
 replica with a backoff of up to 0.5 s, so a queue drains slower than its service time
-says), or ``service / slots`` before any queued; then its own service time
-(:func:`expected_s`). With no answer timed yet a rung is expected to meet any target
-while it has a free place, and to miss it otherwise.
+says), never less than ``service / slots`` (how often a place frees in steady state: the
+waits learned from one request ahead are residuals, too short for a deep queue); then
+its own service time (:func:`expected_s`). With no answer timed yet a rung is expected to
+meet any target while it has a free place, and to miss it otherwise.
 
 A rung whose service time alone breaks the ladder's target for ``slow_after_s`` without
 a break is *slow* (:class:`SlowState`): the book tells the router (``on_slow``), whose
@@ -80,7 +81,9 @@ def expected_s(in_flight: int, slots: int, service_s: float | None,
     own = first_s if first_s is not None else service_s
     if service_s is None:
         return 0.0 if ahead == 0 else math.inf
-    per_place = per_place_s if per_place_s is not None else service_s / slots
+    # A place turns over every service / slots in steady state: a learned wait per place
+    # below that (learned from one-ahead waits, a residual) would make a deep queue cheap.
+    per_place = max(per_place_s or 0.0, service_s / slots)
     return ahead * per_place + (own if own is not None else service_s)
 
 
@@ -321,6 +324,20 @@ class LoadBook:
             if extra > 0:
                 out[name] = running.get(name, 0) + extra
         return out
+
+    def own_s(self, rung: str, kind: str) -> float:
+        """Seconds from a place on ``rung`` to a request's answer (``kind`` ``answer``) or
+        first piece (``first``): routing and service, the queue left out (0: not timed).
+
+        Example:
+            >>> book = LoadBook({"h100": 2}, answer_s=1.0, ttft_s=None, slow_after_s=10.0)
+            >>> book.answered("h100", 0.2, now=0.0)
+            >>> book.own_s("h100", "answer"), book.own_s("h100", "first")
+            (0.2, 0.2)
+        """
+        load = self.rungs[rung]
+        own = load.first_s if kind == "first" and load.first_s is not None else load.service_s
+        return (load.take_s or 0.0) + (own or 0.0)
 
     def places_per_replica(self, rung: str) -> int:
         """``max_ongoing_requests`` of ``rung``'s deployment."""

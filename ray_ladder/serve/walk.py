@@ -121,8 +121,11 @@ class Facts:
             capacity (``RouterState.can_come_back``).
         expected_s: Seconds until ``next_rung`` would answer (or send its first piece),
             when the request has a target and ``next_rung`` is a compute rung.
-        reserve_s: Seconds a request queued on ``next_rung`` must keep to fall back
-            below (0 when it has a free place or nothing is below).
+        reserve_s: Seconds before its target a request queued on ``next_rung`` leaves
+            that queue (0 when it has a free place or nothing is below): enough to fall
+            back below (``RESERVE`` x the rung below's expected time), and never less
+            than ``next_rung``'s own time from a place to its answer (a place that comes
+            later is late anyway, and a rung below not timed yet is expected at 0).
     """
 
     next_rung: str | None
@@ -141,6 +144,7 @@ class LadderView(Protocol):
     def best_compute(self, exclude: set[str]) -> str | None: ...
     def can_come_back(self) -> bool: ...
     def expected_s(self, rung: str, kind: str, now: float) -> float: ...
+    def own_s(self, rung: str, kind: str) -> float: ...
     def has_place(self, rung: str) -> bool: ...
 
 
@@ -185,6 +189,10 @@ class RequestView:
         if self._book is None:
             return 0.0
         return self._book.expected_s(rung, self._state.replicas(rung), now, kind)
+
+    def own_s(self, rung: str, kind: str) -> float:
+        """Seconds from a place on ``rung`` to the answer or first piece (no queue)."""
+        return 0.0 if self._book is None else self._book.own_s(rung, kind)
 
     def has_place(self, rung: str) -> bool:
         """Whether ``rung`` has a free place (a request sent now is taken at once)."""
@@ -278,8 +286,8 @@ class Walk:
         reserve = 0.0
         if not view.has_place(name):
             below = view.best_compute(self.excluded | {name})
-            reserve = 0.0 if below is None else RESERVE * view.expected_s(below, self.kind,
-                                                                          now)
+            reserve = 0.0 if below is None else max(
+                RESERVE * view.expected_s(below, self.kind, now), view.own_s(name, self.kind))
         return Facts(name, view.can_come_back(), view.expected_s(name, self.kind, now),
                      reserve)
 

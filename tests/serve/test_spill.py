@@ -178,6 +178,29 @@ def test_a_full_ladder_sheds_at_once_with_retry_after_from_the_queues() -> None:
     assert err.attempts[-1].reason == SHED
 
 
+def test_a_queued_request_leaves_in_time_though_the_rung_below_was_never_timed() -> None:
+    # a100 never answered: its expected time is 0, which used to mean "no reserve" and
+    # a stream that waited on a full h100 past its target (bench/spill.py, first 2x burst)
+    walk, view, book = _walk()
+    _load(book, "h100", 3, 0.2)  # full: 2 ahead on 2 places, 0.4 s expected
+    assert walk.next_step(view, 0.0) == Try("h100")
+    assert walk.reserved == "a100"
+    assert walk.leave_at == pytest.approx(1.0 - 0.2)  # a place after 0.8 s is late anyway
+
+
+def test_a_deep_queue_costs_a_turn_of_the_places_per_request_ahead() -> None:
+    book = _book()
+    _load(book, "h100", 0, 0.4)
+    book.expected_s("h100", 1, now=0.0, kind="answer")  # 2 places
+    assert [book.sent("h100") for _ in range(3)] == [0, 0, 1]
+    book.taken("h100", 0.05, ahead=1)  # one ahead: it waited a residual, not a turn
+    book.ended("h100")
+    # 3 ahead on 2 places: a place frees every 0.2 s, not every 0.05 s
+    for _ in range(2):
+        book.sent("h100")
+    assert book.expected_s("h100", 1, now=0.0, kind="answer") == pytest.approx(3 * 0.2 + 0.4)
+
+
 def test_without_a_target_nothing_spills() -> None:
     state = _state()
     book = _book()
