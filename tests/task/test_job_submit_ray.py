@@ -7,6 +7,7 @@ import shlex
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,6 +62,25 @@ def test_a_ladder_task_driver_submitted_as_a_job_answers_from_the_a100_rung(clus
     runtime_env = {"working_dir": str(tmp_path),
                    # The package travels with the job, as on a cluster without it.
                    "py_modules": [str(Path(ray_ladder.__file__).parent)]}
+    done = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
+    for _ in range(2):  # a second submission only after Ray lost the job's package (below)
+        job = _submit(client, runtime_env)
+        wait_until(lambda j=job: client.get_job_status(j) in done, SLOW, 0.5,
+                   "the job to finish")
+        logs = client.get_job_logs(job)
+        if RAY_LOST_PACKAGE not in logs:
+            break
+    assert client.get_job_status(job) == JobStatus.SUCCEEDED, logs
+    assert "answers ['medium:a', 'medium:b'] rungs ['a100', 'a100']" in logs, logs
+
+
+#: Ray's own flake (ray-project/ray#36703, open): an actor of the job's driver finds the
+#: job's working_dir package gone from the GCS. Seen once in a fresh clone's `make test`;
+#: the job is submitted again then (the client uploads the package anew).
+RAY_LOST_PACKAGE = "Failed to download runtime_env file package"
+
+
+def _submit(client: Any, runtime_env: dict[str, Any]) -> str:
     submitted: list[str] = []
 
     def submit() -> bool:
@@ -75,9 +95,4 @@ def test_a_ladder_task_driver_submitted_as_a_job_answers_from_the_a100_rung(clus
         return bool(submitted)
 
     wait_until(submit, SLOW, 1.0, "the cluster's job agent to take the job")
-    job = submitted[0]
-    done = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
-    wait_until(lambda: client.get_job_status(job) in done, SLOW, 0.5, "the job to finish")
-    logs = client.get_job_logs(job)
-    assert client.get_job_status(job) == JobStatus.SUCCEEDED, logs
-    assert "answers ['medium:a', 'medium:b'] rungs ['a100', 'a100']" in logs, logs
+    return submitted[0]
