@@ -44,7 +44,7 @@ def present_placements(ladder: Ladder, node_source: NodeSource = ray_node_states
 
 
 def spill_wanted(entries: Iterable[Mapping[str, Any]], ladder: str, now: float,
-                 fresh_s: float = 30.0) -> dict[str, int]:
+                 fresh_s: float = roles.SPILL_FRESH_S) -> dict[str, int]:
     """Rung -> placements ``ladder``'s Serve routers want for their sustained spill (the
     replicas each router published, summed over its apps; stale entries left out).
 
@@ -77,7 +77,7 @@ def read_spill(ladder: str, now: float) -> dict[str, int]:
             entry = json.loads(raw) if raw else None
             if isinstance(entry, dict):
                 entries.append(entry)
-    return spill_wanted(entries, ladder, now, roles.SPILL_FRESH_S)
+    return spill_wanted(entries, ladder, now)
 
 
 def autoscaler_v2_enabled() -> bool:
