@@ -8,9 +8,8 @@ replicas x ``max_ongoing_requests``) and ``in_flight`` requests on it has
 ``ahead = max(0, in_flight - slots + 1)`` requests to wait for: each costs the wait per
 place the router measured for requests that queued there (Serve's handle polls a full
 replica with a backoff of up to 0.5 s, so a queue drains slower than its service time
-says), never less than ``service / slots`` (how often a place frees in steady state: the
-waits learned from one request ahead are residuals, too short for a deep queue); then
-its own service time (:func:`expected_s`). With no answer timed yet a rung is expected to
+says), or ``service / slots`` before any queued; then its own service time
+(:func:`expected_s`). With no answer timed yet a rung is expected to
 meet any target while it has a free place, and to miss it otherwise.
 
 A rung whose service time alone breaks the ladder's target for ``slow_after_s`` without
@@ -81,9 +80,7 @@ def expected_s(in_flight: int, slots: int, service_s: float | None,
     own = first_s if first_s is not None else service_s
     if service_s is None:
         return 0.0 if ahead == 0 else math.inf
-    # A place turns over every service / slots in steady state: a learned wait per place
-    # below that (learned from one-ahead waits, a residual) would make a deep queue cheap.
-    per_place = max(per_place_s or 0.0, service_s / slots)
+    per_place = per_place_s if per_place_s is not None else service_s / slots
     return ahead * per_place + (own if own is not None else service_s)
 
 

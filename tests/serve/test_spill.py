@@ -188,19 +188,6 @@ def test_a_queued_request_leaves_in_time_though_the_rung_below_was_never_timed()
     assert walk.leave_at == pytest.approx(1.0 - 0.2)  # a place after 0.8 s is late anyway
 
 
-def test_a_deep_queue_costs_a_turn_of_the_places_per_request_ahead() -> None:
-    book = _book()
-    _load(book, "h100", 0, 0.4)
-    book.expected_s("h100", 1, now=0.0, kind="answer")  # 2 places
-    assert [book.sent("h100") for _ in range(3)] == [0, 0, 1]
-    book.taken("h100", 0.05, ahead=1)  # one ahead: it waited a residual, not a turn
-    book.ended("h100")
-    # 3 ahead on 2 places: a place frees every 0.2 s, not every 0.05 s
-    for _ in range(2):
-        book.sent("h100")
-    assert book.expected_s("h100", 1, now=0.0, kind="answer") == pytest.approx(3 * 0.2 + 0.4)
-
-
 def test_without_a_target_nothing_spills() -> None:
     state = _state()
     book = _book()
