@@ -1,8 +1,8 @@
 """@ladder_task against plain @ray.remote on one LocalCluster (head + h100 + a100 nodes).
 
 Prints one JSON object:
-  throughput_ratio              2,000 no-op tasks on the top rung, ladder / plain (goal >= 0.8)
-  throughput_ratio_native       the same for a label-only ladder (Ray's fallback_strategy)
+  throughput_ratio              2,000 no-op tasks on the top rung, ladder / plain: median of 5
+                                interleaved rounds' own ratios (goal >= 0.8)
   infeasible_skip_s             top rung absent: call -> first attempt running on the next rung
                                 (goal <= 0.1); *_stale_view_s: submitted right after the kill
   pending_fallback_overshoot_s  top rung busy: time beyond pending_timeout_s (goal <= 0.2)
@@ -10,11 +10,15 @@ Prints one JSON object:
   preempted_tasks_lost          top node SIGKILLed mid-run: ladder results missing (goal 0);
                                 plain_preempted_tasks_stuck: plain tasks not done 3 s later
   *_preempt_answer_after_kill_s a running 3 s task's node killed: kill -> answer, per path
-  plain_fallback_strategy_*     plain Ray with the native path's label fallback (its own cost);
-                                throughput_ratio_native_vs_plain_fallback_strategy compares the
-                                best of 5 interleaved rounds of 1,000 (Ray's fallback scheduling
-                                is bimodal here, for both; every round is printed) (goal >= 0.9)
-  large_result_ratio            40 calls each returning 8 MiB, ladder / plain (goal <= 1.2)
+  throughput_ratio_native_vs_plain_fallback_strategy
+                                the native path (a label-only ladder) / plain Ray with the same
+                                label_selector + fallback_strategy, the primary absent: median
+                                of 10 interleaved pairs of 600-call rounds (goal >= 0.9);
+                                *_primary_busy: the same with h100 present and busy, where
+                                Ray's scheduling is bimodal (see fallback(); every round is
+                                printed with its mode and the raylets' CPU)
+  large_result_ratio            40 calls each returning 8 MiB, ladder / plain, median of 4
+                                interleaved rounds' own ratios (goal <= 1.2)
   large_arg_ratio               40 calls each taking an 8 MiB argument by value (goal <= 1.2)
   orchestrator_*_mib            the orchestrator's memory (RSS, and RSS less shared pages)
                                 sampled through the large phases
@@ -54,6 +58,13 @@ NATIVE = Ladder.from_dict({
         {"name": "a100", "num_cpus": 1, "label_selector": {"ladder.rung": "a100"}},
     ],
 })
+#: The same native ladder with its top rung on a label no node has (the primary absent):
+#: Ray's fallback then goes to a100 at once, in one mode (see fallback_compare).
+NATIVE_GONE = Ladder.from_dict({**NATIVE.model_dump(mode="json"), "name": "bench-native-gone",
+                                "rungs": [{"name": "h100", "num_cpus": 1,
+                                           "label_selector": {"ladder.rung": "gone"}},
+                                          {"name": "a100", "num_cpus": 1,
+                                           "label_selector": {"ladder.rung": "a100"}}]})
 MiB = 2**20
 #: Head (2 CPUs) runs the cpu rung; one 1-CPU node per accelerator rung. Each object store
 #: holds the large phases' 40 x 8 MiB once without spilling (Ray spills above 80 % full),
@@ -64,9 +75,16 @@ NODES = {name: {"num_cpus": 1, "resources": {f"ladder/{name}": 1},
          for name in ("h100", "a100")}
 HEAD = NodeType(num_cpus=2, object_store_memory=STORE)
 N_THROUGHPUT = 2000
-ROUNDS = 3  # interleaved rounds of each throughput and large-data figure
-NATIVE_ROUNDS = 5  # of N_NATIVE tasks: a round in Ray's slow fallback mode takes 3 s
-N_NATIVE = 1000
+ROUNDS = 5  # interleaved rounds of the throughput figure
+NATIVE_ROUNDS = {"absent": 10, "busy": 4}  # of N_NATIVE tasks (bouncing: 2-3 s)
+#: Raylet CPU seconds in a round of N_NATIVE fallback tasks: above BOUNCE_CPU_S it ran in
+#: Ray's lease-bouncing mode (measured here: 0.7-3.8 s), below SPREAD_CPU_S it spread its
+#: leases over both nodes (0.08-0.2 s); between, it changed mode within the round.
+BOUNCE_CPU_S = 0.6
+SPREAD_CPU_S = 0.25
+#: Untimed calls just before each timed fallback round: its leases are taken first.
+N_NATIVE_WARM = 100
+N_NATIVE = 600
 LARGE_ROUNDS = 4
 PENDING_TIMEOUT_S = 1.0
 RERUN_S = 3.0
@@ -101,6 +119,7 @@ noop = ladder_task(LADDER)(noop_fn)
 big_result = ladder_task(LADDER)(big_result_fn)
 big_arg = ladder_task(LADDER)(big_arg_fn)
 noop_native = ladder_task(NATIVE, path="native")(noop_fn)
+noop_native_gone = ladder_task(NATIVE_GONE, path="native")(noop_fn)
 started = ladder_task(LADDER)(started_fn)
 started_native = ladder_task(NATIVE, path="native")(started_fn)
 sleepy = ladder_task(LADDER)(sleepy_fn)
@@ -129,6 +148,13 @@ def plain_fallback_noop(x):
     return x
 
 
+@ray.remote(num_cpus=1, label_selector={"ladder.rung": "gone"},
+            fallback_strategy=[{"label_selector": {"ladder.rung": "a100"}}])
+def plain_fallback_gone_noop(x):
+    """The same with the primary absent (no node has its label)."""
+    return x
+
+
 @ray.remote(resources={"ladder/h100": 1})
 def plain_sleepy(i, seconds):
     time.sleep(seconds)
@@ -147,39 +173,111 @@ def hold_h100(ready: str, release: str) -> None:
         time.sleep(0.01)
 
 
+def paired(ladder: list[float], plain: list[float]) -> float:
+    """The median of interleaved rounds' own ratios (ladder / plain): only a round's two
+    sides saw the same machine (its speed drifts here from one second to the next)."""
+    return round(statistics.median(a / b for a, b in zip(ladder, plain, strict=True)), 3)
+
+
 def rate(submit, n: int = N_THROUGHPUT) -> float:
     start = time.perf_counter()
     ray.get([submit(i) for i in range(n)])
     return n / (time.perf_counter() - start)
 
 
+def raylet_cpu_s() -> float:
+    """CPU seconds used so far by this cluster's raylets (one per node)."""
+    import psutil
+
+    session = _session_name()
+    total = 0.0
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        try:
+            if proc.info["name"] == "raylet" and any(
+                    session in arg for arg in proc.info["cmdline"] or ()):
+                times = proc.cpu_times()
+                total += times.user + times.system
+        except psutil.Error:
+            continue
+    return total
+
+
+def _session_name() -> str:
+    return Path(ray._private.worker._global_node.get_session_dir_path()).name
+
+
+def fallback_round(submit) -> tuple[float, str, float]:
+    """One round of N_NATIVE calls: (tasks/s, Ray's scheduling mode, raylet CPU s)."""
+    ray.get([submit(i) for i in range(N_NATIVE_WARM)])
+    before = raylet_cpu_s()
+    tasks_per_s = rate(submit, N_NATIVE)
+    cpu = raylet_cpu_s() - before
+    mode = "bounce" if cpu > BOUNCE_CPU_S else "spread" if cpu < SPREAD_CPU_S else "mixed"
+    return tasks_per_s, mode, cpu
+
+
+def fallback_compare(rounds: dict[str, list[tuple[float, str, float]]],
+                     modes: tuple[str, ...]) -> tuple[float | None, str | None, dict]:
+    """The median of interleaved pairs' own ratios (native / plain) where both rounds ran
+    in the same mode of Ray's scheduling, the first of ``modes`` with such a pair."""
+    native, plain = rounds["native"], rounds["plain"]
+    pairs: dict[str, list[float]] = {m: [] for m in modes}
+    for (n_rate, n_mode, _), (p_rate, p_mode, _) in zip(native, plain, strict=True):
+        if n_mode == p_mode and n_mode in pairs:
+            pairs[n_mode].append(n_rate / p_rate)
+    mode = next((m for m in modes if pairs[m]), None)
+    ratio = round(statistics.median(pairs[mode]), 3) if mode else None
+    return ratio, mode, {
+        "pair_ratios": {m: [round(r, 3) for r in v] for m, v in pairs.items()},
+        "modes": {name: [m for _, m, _ in runs] for name, runs in rounds.items()},
+        "raylet_cpu_s": {name: [round(c, 2) for _, _, c in runs]
+                         for name, runs in rounds.items()},
+        "tasks_per_s": {name: [round(r) for r, _, _ in runs] for name, runs in rounds.items()},
+    }
+
+
+def fallback() -> dict[str, object]:
+    """The native path against plain Ray's ``label_selector`` + ``fallback_strategy``.
+
+    With the primary (h100) present and busy, Ray here either leases a worker on a100 at
+    once ("spread", ~1,300-1,800 no-op tasks/s) or the head's and h100's raylets bounce
+    the extra lease request between them (grant-or-reject spillback), burning ~1.3 CPU-s
+    each per 1,000 tasks while the one h100 worker runs alone ("bounce", ~200-450/s), for
+    plain tasks and native calls alike and at random from round to round (more often
+    after a pause). With the primary absent, Ray's fallback sends every lease to a100 in
+    one mode: the goal's ratio is measured there; the busy-primary ratio is printed too.
+    """
+    cases = {"absent": {"native": noop_native_gone.remote,
+                        "plain": plain_fallback_gone_noop.remote},
+             "busy": {"native": noop_native.remote, "plain": plain_fallback_noop.remote}}
+    rounds = {c: {"native": [], "plain": []} for c in cases}
+    for rep in range(max(NATIVE_ROUNDS.values())):  # interleaved: noise hits both alike
+        for case, paths in cases.items():
+            for name, submit in paths.items():
+                if rep < NATIVE_ROUNDS[case]:
+                    rounds[case][name].append(fallback_round(submit))
+    absent, _, absent_rounds = fallback_compare(rounds["absent"], ("spread",))
+    busy, busy_mode, busy_rounds = fallback_compare(rounds["busy"], ("spread", "bounce"))
+    return {
+        "throughput_ratio_native_vs_plain_fallback_strategy": absent,
+        "fallback_primary_absent": absent_rounds,
+        "throughput_ratio_native_vs_plain_fallback_strategy_primary_busy": busy,
+        "fallback_primary_busy_compared_in_mode": busy_mode,
+        "fallback_primary_busy": busy_rounds,
+    }
+
+
 def throughput() -> dict[str, object]:
-    paths = {"plain": plain_noop.remote, "ladder": noop.remote,
-             "native": noop_native.remote, "plain_fallback": plain_fallback_noop.remote}
+    paths = {"plain": plain_noop.remote, "ladder": noop.remote}
     rates: dict[str, list[float]] = {name: [] for name in paths}
-    reps = {"plain": ROUNDS, "ladder": ROUNDS, "native": NATIVE_ROUNDS,
-            "plain_fallback": NATIVE_ROUNDS}
-    for rep in range(max(reps.values())):  # interleaved: machine noise hits every path alike
+    for _ in range(ROUNDS):  # interleaved: machine noise hits every path alike
         for name, submit in paths.items():
-            if rep < reps[name]:
-                n = N_NATIVE if name in ("native", "plain_fallback") else N_THROUGHPUT
-                rates[name].append(rate(submit, n))
+            rates[name].append(rate(submit))
     med = {k: statistics.median(v) for k, v in rates.items()}
-    best = {k: max(v) for k, v in rates.items()}
     return {
         "plain_tasks_per_s": round(med["plain"]),
         "ladder_tasks_per_s": round(med["ladder"]),
-        "native_tasks_per_s": round(med["native"]),
-        "plain_fallback_strategy_tasks_per_s": round(med["plain_fallback"]),
-        "throughput_ratio": round(med["ladder"] / med["plain"], 3),
-        "throughput_ratio_native": round(med["native"] / med["plain"], 3),
-        # Ray's label fallback runs either ~1,300/s (leases on both nodes) or ~350/s
-        # (nearly all on h100) here, plain and native alike and at random: the best of
-        # interleaved rounds compares the two at the same mode; the median is printed too.
-        "throughput_ratio_native_vs_plain_fallback_strategy":
-            round(best["native"] / best["plain_fallback"], 3),
-        "throughput_ratio_native_vs_plain_fallback_strategy_median":
-            round(med["native"] / med["plain_fallback"], 3),
+        "throughput_ratio": paired(rates["ladder"], rates["plain"]),
         "throughput_rounds_tasks_per_s": {k: [round(x) for x in v] for k, v in rates.items()},
     }
 
@@ -223,11 +321,10 @@ def large() -> dict[str, object]:
         for _ in range(LARGE_ROUNDS):
             for name, run in runs.items():
                 times[name].append(timed(*run))
-    med = {k: statistics.median(v) for k, v in times.items()}
     return {
         "large_calls": N_LARGE, "large_mib_each": LARGE_FLOATS * 8 // MiB,
-        "large_result_ratio": round(med["ladder_result"] / med["plain_result"], 3),
-        "large_arg_ratio": round(med["ladder_arg"] / med["plain_arg"], 3),
+        "large_result_ratio": paired(times["ladder_result"], times["plain_result"]),
+        "large_arg_ratio": paired(times["ladder_arg"], times["plain_arg"]),
         "large_s": {k: [round(x, 3) for x in v] for k, v in times.items()},
         "orchestrator_rss_mib_before_large": round(base_rss / MiB, 1),
         "orchestrator_peak_rss_mib": round(mem.rss / MiB, 1),
@@ -362,13 +459,15 @@ def main() -> dict[str, object]:
     with LocalCluster(NODES, head=HEAD, log_to_driver=False) as cluster:
         # Warm the workers of every path on every node (startup is not what we measure).
         ray.get([plain_noop.remote(0), noop.remote(0), noop_native.remote(0),
-                 plain_fallback_noop.remote(0)])
+                 plain_fallback_noop.remote(0), noop_native_gone.remote(0),
+                 plain_fallback_gone_noop.remote(0)])
         ray.get([started.remote(), started_native.remote(), sleepy.remote(0, 0),
                  sleepy_native.remote(0, 0)])
         out: dict[str, object] = {}
         phases: dict[str, float] = {"start": round(time.monotonic() - begin, 1)}
         with tempfile.TemporaryDirectory() as tmp:
-            for name, phase in (("throughput", throughput), ("large", large),
+            for name, phase in (("throughput", throughput), ("fallback", fallback),
+                                ("large", large),
                                 ("pending", pending),
                                 ("infeasible", lambda: infeasible(cluster)),
                                 ("preemption", lambda: preemption(cluster)),
