@@ -76,6 +76,23 @@ class LatencyTargets(BaseModel):
             k: _smaller(getattr(self, k), getattr(other, k))
             for k in ("answer_s", "ttft_s", "inter_token_s")})
 
+    def spent(self, seconds: float) -> LatencyTargets:
+        """What is left of the first-piece and whole-answer targets ``seconds`` after the
+        request arrived (its body read and checked before the walk began); the
+        inter-token target is a gap, not a deadline, and stays.
+
+        Example:
+            >>> LatencyTargets(answer_s=2.0, ttft_s=0.5, inter_token_s=0.3).spent(0.1)
+            ... # doctest: +NORMALIZE_WHITESPACE
+            LatencyTargets(answer_s=1.9, ttft_s=0.4, inter_token_s=0.3, slow_after_s=10.0,
+                           late_moves=1)
+        """
+        if seconds <= 0:
+            return self
+        return self.model_copy(update={
+            k: None if getattr(self, k) is None else max(1e-3, getattr(self, k) - seconds)
+            for k in ("answer_s", "ttft_s")})
+
 
 def _smaller(a: float | None, b: float | None) -> float | None:
     if a is None:

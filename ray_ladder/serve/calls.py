@@ -181,8 +181,10 @@ class RungCaller:
         ahead = book.sent(rung) if book is not None else 0
         try:
             placed = await self._place(rung, down, leave_s)
-        except BaseException:
+        except BaseException as err:
             if book is not None:
+                if isinstance(err, RungFailed) and err.cause == "busy":
+                    book.left(rung, asyncio.get_running_loop().time() - sent, ahead)
                 book.ended(rung)
             raise
         gen = self._streams[rung].remote(request)

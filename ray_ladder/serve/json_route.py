@@ -54,7 +54,9 @@ async def handle(router: JsonRouter, request: Any, max_body_bytes: int) -> Any:
         return JSONResponse(err.body(), err.status, headers=err.headers)
     degraded = router.router_state.degraded_s(constraints)
     try:
-        result = await router.answer(payload, constraints, targets)
+        # The targets count from the request's arrival: reading its body took some.
+        result = await router.answer(payload, constraints,
+                                     targets.spent(time.monotonic() - arrived))
     except LadderExhaustedError as err:
         body, headers = http.unavailable(err, degraded)
         return JSONResponse(body, http.refusal_status(err), headers=headers)

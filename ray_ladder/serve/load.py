@@ -8,7 +8,8 @@ replicas x ``max_ongoing_requests``) and ``in_flight`` requests on it has
 ``ahead = max(0, in_flight - slots + 1)`` requests to wait for: each costs the wait per
 place the router measured for requests that queued there (Serve's handle polls a full
 replica with a backoff of up to 0.5 s, so a queue drains slower than its service time
-says), or ``service / slots`` before any queued; then its own service time
+says; a request that left the queue untaken counts with the wait it saw, a lower bound),
+or ``service / slots`` before any queued; then its own service time
 (:func:`expected_s`). With no answer timed yet a rung is expected to
 meet any target while it has a free place, and to miss it otherwise.
 
@@ -32,6 +33,11 @@ from ray_ladder.core.backoff import Backoff, FailureStreak
 
 #: Weight of the newest answer in a rung's service-time average.
 ALPHA = 0.3
+#: Weight of the newest sample in a time's mean deviation, and how many deviations a
+#: rung's time is given on top of its average where a request must not be late (TCP's
+#: retransmission timer, RFC 6298: the smoothed time plus 4 smoothed deviations).
+BETA = 0.25
+DEV_K = 4.0
 #: The longest retry delay of a slow rung, in multiples of ``slow_after_s``.
 SLOW_RETRY_CAP = 8.0
 #: Spill is demand once it lasted through both halves of this window (seconds).
@@ -179,6 +185,10 @@ class RungLoad:
     per_place_s: float | None = None
     take_s: float | None = None
     slots: int = 0
+    #: Mean deviations of ``take_s`` and of ``first_s`` / ``service_s`` samples.
+    take_dev_s: float = 0.0
+    first_dev_s: float = 0.0
+    service_dev_s: float = 0.0
     slow: SlowState = field(default_factory=SlowState)
     #: The retry of the current slow spell has begun (its old estimate is forgotten).
     retrying: bool = False
@@ -188,6 +198,11 @@ class RungLoad:
 
 def _average(old: float | None, sample: float) -> float:
     return sample if old is None else old + ALPHA * (sample - old)
+
+
+def _deviation(dev: float, mean: float | None, sample: float) -> float:
+    """The mean deviation after ``sample`` (taken before the mean moves to it)."""
+    return 0.0 if mean is None else dev + BETA * (abs(sample - mean) - dev)
 
 
 class LoadBook:
@@ -232,7 +247,26 @@ class LoadBook:
         if ahead > 0:
             load.per_place_s = _average(load.per_place_s, wait_s / ahead)
         else:
+            load.take_dev_s = _deviation(load.take_dev_s, load.take_s, wait_s)
             load.take_s = _average(load.take_s, wait_s)
+
+    def left(self, rung: str, wait_s: float, ahead: int) -> None:
+        """A request sent with ``ahead`` requests ahead of it (:meth:`sent`) left
+        ``rung``'s queue untaken after ``wait_s``, to fall back in time. Its wait per
+        place was at least ``wait_s / ahead``, and it counts as such: the average would
+        otherwise hear only from the requests that got a place before they had to leave,
+        and read the queue faster than it is.
+
+        Example:
+            >>> book = LoadBook({"h100": 2}, answer_s=1.0, ttft_s=None, slow_after_s=10.0)
+            >>> book.taken("h100", 0.2, ahead=2)
+            >>> book.left("h100", 0.4, ahead=2)
+            >>> round(book.rungs["h100"].per_place_s, 3)
+            0.13
+        """
+        if ahead > 0:
+            load = self.rungs[rung]
+            load.per_place_s = _average(load.per_place_s, wait_s / ahead)
 
     def ended(self, rung: str) -> None:
         """A request (or stream) on ``rung`` ended, answered or not."""
@@ -242,12 +276,14 @@ class LoadBook:
     def answered(self, rung: str, service_s: float, now: float) -> None:
         """A replica of ``rung`` answered ``service_s`` seconds after it took a request."""
         load = self.rungs[rung]
+        load.service_dev_s = _deviation(load.service_dev_s, load.service_s, service_s)
         load.service_s = _average(load.service_s, service_s)
         self._judge(rung, load, self._targets["answer"], service_s, now)
 
     def first_piece(self, rung: str, first_s: float, now: float) -> None:
         """A replica of ``rung`` sent a stream's first piece ``first_s`` after taking it."""
         load = self.rungs[rung]
+        load.first_dev_s = _deviation(load.first_dev_s, load.first_s, first_s)
         load.first_s = _average(load.first_s, first_s)
         self._judge(rung, load, self._targets["first"], first_s, now)
 
@@ -293,6 +329,7 @@ class LoadBook:
         if load.slow.on_trial(now) and not load.retrying:
             load.retrying = True
             load.service_s = load.first_s = load.per_place_s = load.take_s = None
+            load.take_dev_s = load.first_dev_s = load.service_dev_s = 0.0
 
     def expected_s(self, rung: str, replicas: int, now: float, kind: str) -> float:
         """Seconds until a new request's answer (``kind`` ``answer``) or first piece
@@ -324,17 +361,25 @@ class LoadBook:
 
     def own_s(self, rung: str, kind: str) -> float:
         """Seconds from a place on ``rung`` to a request's answer (``kind`` ``answer``) or
-        first piece (``first``): routing and service, the queue left out (0: not timed).
+        first piece (``first``) that a request must allow not to be late: routing and
+        service, each its average plus ``DEV_K`` mean deviations, the queue left out
+        (0: not timed).
 
         Example:
             >>> book = LoadBook({"h100": 2}, answer_s=1.0, ttft_s=None, slow_after_s=10.0)
             >>> book.answered("h100", 0.2, now=0.0)
             >>> book.own_s("h100", "answer"), book.own_s("h100", "first")
             (0.2, 0.2)
+            >>> book.answered("h100", 0.4, now=1.0)  # mean 0.26, deviation 0.05
+            >>> round(book.own_s("h100", "answer"), 3)
+            0.46
         """
         load = self.rungs[rung]
-        own = load.first_s if kind == "first" and load.first_s is not None else load.service_s
-        return (load.take_s or 0.0) + (own or 0.0)
+        if kind == "first" and load.first_s is not None:
+            own, dev = load.first_s, load.first_dev_s
+        else:
+            own, dev = load.service_s or 0.0, load.service_dev_s
+        return (load.take_s or 0.0) + own + DEV_K * (load.take_dev_s + dev)
 
     def places_per_replica(self, rung: str) -> int:
         """``max_ongoing_requests`` of ``rung``'s deployment."""

@@ -123,9 +123,10 @@ class Facts:
             when the request has a target and ``next_rung`` is a compute rung.
         reserve_s: Seconds before its target a request queued on ``next_rung`` leaves
             that queue (0 when it has a free place or nothing is below): enough to fall
-            back below (``RESERVE`` x the rung below's expected time), and never less
-            than ``next_rung``'s own time from a place to its answer (a place that comes
-            later is late anyway, and a rung below not timed yet is expected at 0).
+            back below (``RESERVE`` x the rung below's expected time, and its own time
+            with its usual spread), and never less than ``next_rung``'s own time from a
+            place to its answer with its spread (a place that comes later is late
+            anyway, and a rung below not timed yet is expected at 0).
     """
 
     next_rung: str | None
@@ -191,7 +192,8 @@ class RequestView:
         return self._book.expected_s(rung, self._state.replicas(rung), now, kind)
 
     def own_s(self, rung: str, kind: str) -> float:
-        """Seconds from a place on ``rung`` to the answer or first piece (no queue)."""
+        """Seconds from a place on ``rung`` to the answer or first piece (no queue), with
+        the spread a request must allow for (:meth:`LoadBook.own_s`)."""
         return 0.0 if self._book is None else self._book.own_s(rung, kind)
 
     def has_place(self, rung: str) -> bool:
@@ -287,7 +289,8 @@ class Walk:
         if not view.has_place(name):
             below = view.best_compute(self.excluded | {name})
             reserve = 0.0 if below is None else max(
-                RESERVE * view.expected_s(below, self.kind, now), view.own_s(name, self.kind))
+                RESERVE * view.expected_s(below, self.kind, now),
+                view.own_s(below, self.kind), view.own_s(name, self.kind))
         return Facts(name, view.can_come_back(), view.expected_s(name, self.kind, now),
                      reserve)
 

@@ -188,6 +188,23 @@ def test_a_queued_request_leaves_in_time_though_the_rung_below_was_never_timed()
     assert walk.leave_at == pytest.approx(1.0 - 0.2)  # a place after 0.8 s is late anyway
 
 
+
+def test_a_queued_request_leaves_early_enough_for_the_spread_of_the_rung_below() -> None:
+    # a100's answers took 0.1 s on average but up to 0.3 s: leaving with 1.5 x its mean to
+    # spare is late whenever it answers slowly (bench/spill.py's streams at 2x: the ones
+    # that left the full top rung last came first-token 0.53 s against a 0.5 s target)
+    steady, spread = _walk(), _walk()
+    for _, _, book in (steady, spread):
+        _load(book, "h100", 3, 0.05)  # full: 2 ahead on 2 places
+    for t, took in enumerate((0.1, 0.1, 0.1, 0.1)):
+        steady[2].answered("a100", took, now=float(t))
+    for t, took in enumerate((0.1, 0.3, 0.02, 0.3)):
+        spread[2].answered("a100", took, now=float(t))
+    for walk, view, _ in (steady, spread):
+        assert walk.next_step(view, 0.0) == Try("h100")
+    assert steady[0].leave_at == pytest.approx(1.0 - 1.5 * 0.1)
+    assert spread[0].leave_at < 1.0 - 0.3  # before a100's slow answers would be late
+
 def test_without_a_target_nothing_spills() -> None:
     state = _state()
     book = _book()
@@ -217,6 +234,16 @@ def test_a_malformed_target_header_is_a_400_naming_it(raw) -> None:
     assert err.value.status == 400 and "X-Ladder-Target-S" in err.value.message
 
 
+def test_the_targets_count_from_the_requests_arrival_not_from_its_walk() -> None:
+    targets = LatencyTargets(answer_s=2.0, ttft_s=0.5, inter_token_s=0.3)
+    left = targets.spent(0.2)  # reading and checking the body took 0.2 s
+    assert (left.answer_s, left.ttft_s) == pytest.approx((1.8, 0.3))
+    assert left.inter_token_s == 0.3  # a gap between pieces, not a deadline
+    late = targets.spent(5.0)  # already past: every rung misses it, the shed rung answers
+    assert 0 < late.ttft_s < 0.01 and 0 < late.answer_s < 0.01
+    assert LatencyTargets().spent(1.0) == LatencyTargets()  # no targets: nothing to spend
+
+
 def test_malformed_operator_targets_name_the_field() -> None:
     with pytest.raises(ValueError, match=r"route_targets\['/b'\]\.answer_s"):
         route_target_table(LADDER, None, {"/b": {"answer_s": -1}})
@@ -242,6 +269,22 @@ def test_the_wait_per_place_is_learned_from_requests_that_queued() -> None:
     # Serve's handle polls a full replica: the 2nd one ahead waited 1.0 s, not 0.2 s.
     book.taken("h100", 1.0, ahead=2)
     assert book.expected_s("h100", 1, now=0.1, kind="answer") == pytest.approx(3 * 0.5 + 0.2)
+
+
+def test_requests_that_left_the_queue_untaken_slow_the_learned_wait_per_place() -> None:
+    """Only the lucky requests that got a place before they had to leave are timed by
+    ``taken``: without the ones that left, the queue reads faster than it is."""
+    lucky_only, with_leavers = _book(), _book()
+    for book in (lucky_only, with_leavers):
+        _load(book, "h100", 3, 0.2)  # 3 on 2 places: a new one has 2 ahead
+        book.expected_s("h100", 1, now=0.0, kind="answer")  # 2 places
+        book.taken("h100", 0.2, ahead=2)  # got a place after 0.1 s per place ahead
+    with_leavers.left("h100", 0.4, ahead=2)  # left untaken after 0.2 s per place ahead
+    before = lucky_only.expected_s("h100", 1, now=0.1, kind="answer")
+    after = with_leavers.expected_s("h100", 1, now=0.1, kind="answer")
+    assert after > before
+    with_leavers.left("h100", 0.4, ahead=0)  # had a place: says nothing of the queue
+    assert with_leavers.expected_s("h100", 1, now=0.1, kind="answer") == after
 
 
 # --- sustained spill is demand ---------------------------------------------------------------

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -132,6 +133,7 @@ async def handle(router: Router, request: Any, max_body_bytes: int) -> Any:
     """Answer one request on an OpenAI route (4xx for every malformed request)."""
     from starlette.responses import JSONResponse, StreamingResponse
 
+    arrived = time.monotonic()
     refused, kind = _route(router, request)
     if refused is not None:
         return refused
@@ -150,8 +152,10 @@ async def handle(router: Router, request: Any, max_body_bytes: int) -> Any:
     record = StreamRecord()
     key = payload_key({"kind": kind, **body, "stream": False, "stream_options": None}) \
         if router.cache is not None else None
+    # The targets count from the request's arrival: reading and checking it took some.
     pieces = StreamDriver(router.walker).run(gen, constraints, record, key,
-                                             targets=targets, stream=bool(req.stream))
+                                             targets=targets.spent(time.monotonic() - arrived),
+                                             stream=bool(req.stream))
     refused, first = await _first(pieces, degraded)
     if refused is not None:
         return refused
