@@ -110,6 +110,9 @@ def figures(shots: list[tuple[int, str | None, float, float]], top: str) -> dict
         "within_ttft_target": round(sum(s[2] <= TTFT_S for s in ok) / len(shots), 4),
         "failed": len(shots) - len(ok),
         "top_share": round(sum(s[1] == top for s in ok) / len(shots), 4),
+        # which rung answered the ones that missed the target, and when their first
+        # token came: a miss on the rung below and one on the full top rung differ
+        "late": [[s[1], round(s[2], 3)] for s in ok if not s[2] <= TTFT_S],
     }
 
 

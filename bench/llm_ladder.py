@@ -172,6 +172,11 @@ def overhead(base: str, rounds: int, n: int, tokens: int) -> dict[str, Any]:
             "ttft_ratio": round(statistics.median(r[0] for r in per_round), 3),
             "stream_tokens_per_s_ratio": round(statistics.median(r[1] for r in per_round), 3),
             "tokens_per_s_ratio_per_round": [round(r[1], 3) for r in per_round],
+            "ttft_ratio_per_round": [round(r[0], 3) for r in per_round],
+            "ratio_spread": {"ttft": [round(min(r[0] for r in per_round), 3),
+                                      round(max(r[0] for r in per_round), 3)],
+                             "tokens_per_s": [round(min(r[1] for r in per_round), 3),
+                                              round(max(r[1] for r in per_round), 3)]},
             "streams_per_side": len(ttft["ladder"])}
 
 
@@ -209,7 +214,7 @@ def fall(cluster: LocalCluster, base: str, n: int, tokens: int) -> dict[str, Any
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=16)
     parser.add_argument("--streams", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=200)
     parser.add_argument("--fall-streams", type=int, default=10)
