@@ -135,10 +135,13 @@ def test_an_answered_large_value_outlives_its_rung(cluster):
 
 
 def test_calls_queued_behind_the_lanes_own_attempts_still_fall(cluster):
-    # One h100 slot: the first call runs, the second waits in Ray behind it (pipelined),
-    # the third in the lane's queue. Both waiting calls fall after pending_timeout_s,
-    # as the lane's own backlog always did. 4 s: the first call must start within it on
-    # a loaded 2-core CI machine (at 2 s it once did not); the calls outlast it by 2 s.
+    # One h100 slot: one call runs, the next waits in Ray behind it (pipelined), the
+    # third in the lane's queue. Both waiting calls fall after pending_timeout_s, as the
+    # lane's own backlog always did. Which of the three gets the slot is the order the
+    # orchestrator (an async actor) took them in: not always submission order (a
+    # fresh-clone CI run gave call 0 two attempts ahead). 4 s: the first call must start
+    # within it on a loaded 2-core CI machine (at 2 s it once did not); the calls outlast
+    # it by 2 s.
     task = nap.options(pending_timeout_s=4)
     assert ray.get(task.remote(0, 0.05))[1] == "h100"  # warm; these calls are long
     # The first call gets the free slot, not a place behind the warm-up's attempt (the
@@ -148,7 +151,9 @@ def test_calls_queued_behind_the_lanes_own_attempts_still_fall(cluster):
     refs = [task.remote(i, 6.0) for i in range(3)]
     answers = ray.get(refs, timeout=120)
     infos = [call_info(r)["attempts"] for r in refs]
-    assert answers[0] == (0, "h100"), infos
-    assert [rung for _, rung in answers[1:]] != ["h100", "h100"], infos
-    assert any(a and a[0]["rung"] == "h100" and "not scheduled within 4s" in a[0]["reason"]
-               for a in infos[1:]), infos
+    assert [i for i, _ in answers] == [0, 1, 2], infos
+    assert [rung for _, rung in answers].count("h100") <= 1, infos  # one slot, 6 s calls
+    fell = [a[0]["reason"] for a in infos
+            if a and a[0]["rung"] == "h100" and "not scheduled within 4s" in a[0]["reason"]]
+    assert len(fell) >= 2, infos  # the two behind the slot's holder, whichever it was
+    assert any("attempt(s) ahead" in reason for reason in fell), infos
