@@ -33,9 +33,8 @@ from ray_ladder.core.backoff import Backoff, FailureStreak
 
 #: Weight of the newest answer in a rung's service-time average.
 ALPHA = 0.3
-#: Weight of the newest sample in a time's mean deviation, and how many deviations a
-#: rung's time is given on top of its average where a request must not be late (TCP's
-#: retransmission timer, RFC 6298: the smoothed time plus 4 smoothed deviations).
+#: Weight of the newest sample in a time's mean deviation, and the deviations a time gets
+#: on top of its average where a request must not be late (RFC 6298's timer: 4).
 BETA = 0.25
 DEV_K = 4.0
 #: The longest retry delay of a slow rung, in multiples of ``slow_after_s``.
@@ -205,6 +204,12 @@ def _deviation(dev: float, mean: float | None, sample: float) -> float:
     return 0.0 if mean is None else dev + BETA * (abs(sample - mean) - dev)
 
 
+def _served(load: RungLoad, service_s: float) -> None:
+    """One service time, into the rung's average and its mean deviation."""
+    load.service_dev_s = _deviation(load.service_dev_s, load.service_s, service_s)
+    load.service_s = _average(load.service_s, service_s)
+
+
 class LoadBook:
     """Every compute rung's :class:`RungLoad`, kept by the router's calls.
 
@@ -251,11 +256,9 @@ class LoadBook:
             load.take_s = _average(load.take_s, wait_s)
 
     def left(self, rung: str, wait_s: float, ahead: int) -> None:
-        """A request sent with ``ahead`` requests ahead of it (:meth:`sent`) left
-        ``rung``'s queue untaken after ``wait_s``, to fall back in time. Its wait per
-        place was at least ``wait_s / ahead``, and it counts as such: the average would
-        otherwise hear only from the requests that got a place before they had to leave,
-        and read the queue faster than it is.
+        """A request sent with ``ahead`` ahead of it (:meth:`sent`) left ``rung``'s queue
+        untaken after ``wait_s``: it counts with ``wait_s / ahead`` per place, a lower
+        bound (else only the requests that got a place in time would be heard).
 
         Example:
             >>> book = LoadBook({"h100": 2}, answer_s=1.0, ttft_s=None, slow_after_s=10.0)
@@ -276,8 +279,7 @@ class LoadBook:
     def answered(self, rung: str, service_s: float, now: float) -> None:
         """A replica of ``rung`` answered ``service_s`` seconds after it took a request."""
         load = self.rungs[rung]
-        load.service_dev_s = _deviation(load.service_dev_s, load.service_s, service_s)
-        load.service_s = _average(load.service_s, service_s)
+        _served(load, service_s)
         self._judge(rung, load, self._targets["answer"], service_s, now)
 
     def first_piece(self, rung: str, first_s: float, now: float) -> None:
@@ -290,8 +292,7 @@ class LoadBook:
     def stream_ended(self, rung: str, service_s: float) -> None:
         """A stream on ``rung`` ended ``service_s`` after a replica took it (the time it
         held its place, which the queue's estimate needs)."""
-        load = self.rungs[rung]
-        load.service_s = _average(load.service_s, service_s)
+        _served(self.rungs[rung], service_s)
 
     def _judge(self, rung: str, load: RungLoad, target: float | None, sample: float,
                now: float) -> None:
@@ -361,9 +362,8 @@ class LoadBook:
 
     def own_s(self, rung: str, kind: str) -> float:
         """Seconds from a place on ``rung`` to a request's answer (``kind`` ``answer``) or
-        first piece (``first``) that a request must allow not to be late: routing and
-        service, each its average plus ``DEV_K`` mean deviations, the queue left out
-        (0: not timed).
+        first piece (``first``) a request must allow not to be late: routing and service,
+        each its average plus ``DEV_K`` mean deviations, no queue (0: not timed).
 
         Example:
             >>> book = LoadBook({"h100": 2}, answer_s=1.0, ttft_s=None, slow_after_s=10.0)
