@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
+import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from ray_ladder.cluster import ray_private
 from ray_ladder.cluster.fake_nodes import FakeNodes, rung_node
 from ray_ladder.cluster.local_processes import sigkill_node, start_with_retries
 from ray_ladder.core.spec import Ladder, Rung
@@ -119,9 +124,9 @@ class LocalCluster:
             scripts turn it off so stdout carries their JSON alone.
         include_dashboard: Run Ray's dashboard on the head (on a free 127.0.0.1 port); it
             writes the Prometheus service-discovery file of the session.
-        temp_dir: Ray's temp directory for this cluster (default: Ray's, ``/tmp/ray``).
-            Two clusters on one machine need one each: a job's driver finds "its"
-            cluster through the temp directory's ``ray_current_cluster`` file.
+        temp_dir: Ray's temp directory (default ``/tmp/ray``; with ``include_dashboard`` a
+            fresh one, removed at shutdown: Ray's job supervisor runs a job's driver on the
+            cluster named in its ``ray_current_cluster`` file, which any cluster overwrites).
 
     Example:
         >>> with LocalCluster({"h100": {"resources": {"ladder/h100": 1}}}) as cluster:
@@ -159,6 +164,7 @@ class LocalCluster:
         self.log_to_driver = log_to_driver
         self.include_dashboard = include_dashboard
         self.temp_dir = temp_dir
+        self._own_temp_dir = ""
         self._cluster: Any = None
         self._nodes: list[NodeHandle] = []
         self.head: NodeHandle | None = None
@@ -201,6 +207,8 @@ class LocalCluster:
 
         head = self.head_type
         port = self._pin_address()
+        if self.include_dashboard and self.temp_dir is None:
+            self.temp_dir = self._own_temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
         try:
             self._cluster = Cluster(
                 initialize_head=True,
@@ -224,6 +232,8 @@ class LocalCluster:
             )
             node = self._cluster.head_node
             self.head = NodeHandle(HEAD_TYPE, node.node_id, node)
+            if self.temp_dir:  # Cluster wrote its address to /tmp/ray's file only
+                ray_private.write_current_cluster(self.address, self.temp_dir)
             for name, count in self.initial.items():
                 for _ in range(count):
                     self._add_node_once(name, wait=False)
@@ -251,6 +261,9 @@ class LocalCluster:
         self._cluster.shutdown()
         self._cluster = None
         self._unpin_address()
+        if self._own_temp_dir:
+            shutil.rmtree(self._own_temp_dir, ignore_errors=True)
+            self.temp_dir, self._own_temp_dir = None, ""
         for handle in self._nodes:
             handle.alive = False
         self._nodes.clear()
@@ -339,8 +352,6 @@ def wait_until(condition: Any, timeout_s: float = 30.0, interval_s: float = 0.05
         >>> wait_until(lambda: True)
         True
     """
-    import time
-
     deadline = time.monotonic() + timeout_s
     last_error: BaseException | None = None
     while True:
@@ -374,9 +385,6 @@ def open_loop(send: Any, rate: float, duration_s: float, workers: int = 64) -> l
         >>> open_loop(lambda i: i * i, rate=100, duration_s=0.05)
         [0, 1, 4, 9, 16]
     """
-    import time
-    from concurrent.futures import ThreadPoolExecutor
-
     calls = max(1, round(rate * duration_s))
     start = time.monotonic()
     with ThreadPoolExecutor(workers) as pool:

@@ -12,8 +12,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -23,7 +21,6 @@ from typing import Any
 import psutil
 
 from ray_ladder._lazy import requires_extra
-from ray_ladder.cluster import ray_private
 from ray_ladder.testing import LocalCluster, NodeHandle, free_port, open_loop
 
 #: moto's documented fake credentials (moto accepts any; pyarrow's S3 client wants some).
@@ -69,7 +66,6 @@ class Site:
     cluster: LocalCluster
     gcs: str = ""
     head_killed: bool = False
-    temp_dir: str = ""
 
     @property
     def address(self) -> str:
@@ -113,23 +109,18 @@ class Site:
         """Stop what is left of the cluster."""
         with contextlib.suppress(Exception):
             self.cluster.shutdown()
-        if self.temp_dir:
-            shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 def start_site(name: str, *, gpu_nodes: int = 1) -> Site:
     """Start one site: a head (1 CPU) with the dashboard and ``gpu_nodes`` GPU nodes."""
-    # Its own temp directory: a job's driver joins the cluster named in the temp
-    # directory's ray_current_cluster file, which two clusters must not share.
-    temp_dir = tempfile.mkdtemp(prefix=f"ray-{name}-", dir="/tmp")
+    # With the dashboard, LocalCluster has its own temp directory: a job's driver joins
+    # the cluster named in its ray_current_cluster file, which two clusters must not share.
     cluster = LocalCluster({"gpu": {"num_cpus": 1, "resources": {GPU: 1}}},
                            initial={"gpu": gpu_nodes}, head={"num_cpus": 1},
-                           connect=False, include_dashboard=True, log_to_driver=False,
-                           temp_dir=temp_dir)
+                           connect=False, include_dashboard=True, log_to_driver=False)
     previous = os.environ.get("RAY_ADDRESS")
     cluster.start()
-    site = Site(name, cluster, gcs=os.environ.get("RAY_ADDRESS", ""), temp_dir=temp_dir)
-    ray_private.write_current_cluster(cluster.address, temp_dir)
+    site = Site(name, cluster, gcs=os.environ.get("RAY_ADDRESS", ""))
     # LocalCluster pins RAY_ADDRESS for its own processes; the next site pins its own.
     _restore("RAY_ADDRESS", previous)
     return site

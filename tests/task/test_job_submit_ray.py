@@ -47,37 +47,37 @@ def cluster(local_cluster):
     # node only: nodes of a LocalCluster share one session directory, and a second
     # node's runtime-env agent can unpack the job's working_dir again in the same place,
     # which deletes the directory the driver runs in (not a thing on a real cluster).
-    return local_cluster({}, head={"num_cpus": 2, "resources": {"ladder/a100": 1}},
+    jobs = local_cluster({}, head={"num_cpus": 2, "resources": {"ladder/a100": 1}},
                          connect=False, include_dashboard=True)
+    # Another Ray cluster started on the machine afterwards (another test, the demo):
+    # it names itself in /tmp/ray/ray_current_cluster, where Ray's job supervisor looks
+    # for the cluster to start a driver on. The job must still run on its own cluster
+    # (here it would answer from the cpu rung: 'tiny').
+    local_cluster({}, head={"num_cpus": 1}, connect=False)
+    return jobs
 
 
-def test_a_ladder_task_driver_submitted_as_a_job_answers_from_the_a100_rung(cluster,
-                                                                           tmp_path: Path):
+def test_a_ladder_task_driver_submitted_as_a_job_answers_from_the_a100_rung(
+        cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     (tmp_path / "ladder.yaml").write_text(LADDER)
     (tmp_path / "driver.py").write_text(textwrap.dedent(DRIVER))
     url = cluster._cluster.head_node.address_info["webui_url"]  # the dashboard's host:port
-    client = JobSubmissionClient(url if "://" in url else f"http://{url}")
+    url = url if "://" in url else f"http://{url}"
+    # As a user points `ray job submit` at a cluster (RAY_ADDRESS overrides the client's
+    # address argument; the other cluster pinned it to its own GCS).
+    monkeypatch.setenv("RAY_ADDRESS", url)
+    client = JobSubmissionClient(url)
     runtime_env = {"working_dir": str(tmp_path),
                    # The package travels with the job, as on a cluster without it.
                    "py_modules": [str(Path(ray_ladder.__file__).parent)]}
     done = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
-    for _ in range(2):  # a second submission only after Ray lost the job's package (below)
-        job = _submit(client, runtime_env)
-        wait_until(lambda j=job: client.get_job_status(j) in done, SLOW, 0.5,
-                   "the job to finish")
-        logs = client.get_job_logs(job)
-        if RAY_LOST_PACKAGE not in logs:
-            break
+    job = _submit(client, runtime_env)
+    wait_until(lambda: client.get_job_status(job) in done, SLOW, 0.5, "the job to finish")
+    logs = client.get_job_logs(job)
     assert client.get_job_status(job) == JobStatus.SUCCEEDED, logs
     assert "answers ['medium:a', 'medium:b'] rungs ['a100', 'a100']" in logs, logs
-
-
-#: Ray's own flake (ray-project/ray#36703, open): an actor of the job's driver finds the
-#: job's working_dir package gone from the GCS. Seen once in a fresh clone's `make test`;
-#: the job is submitted again then (the client uploads the package anew).
-RAY_LOST_PACKAGE = "Failed to download runtime_env file package"
 
 
 def _submit(client: Any, runtime_env: dict[str, Any]) -> str:
