@@ -209,11 +209,22 @@ def refused_by(err: LadderExhaustedError) -> str:
 
 def unavailable_headers(err: LadderExhaustedError, degraded_s: float) -> dict[str, str]:
     """Headers of a 503 (both routes): ``Retry-After``, the rung, the degraded time."""
-    return {
-        "Retry-After": retry_after(err.retry_after_s),
-        RUNG_HEADER: refused_by(err),
-        DEGRADED_HEADER: f"{degraded_s:.3f}",
-    }
+    return {**failed_headers(err.retry_after_s, degraded_s), RUNG_HEADER: refused_by(err)}
+
+
+def failed_headers(retry_after_s: float, degraded_s: float | None = None) -> dict[str, str]:
+    """Headers of a 503 no refusal of the walk carries (a whole OpenAI answer whose rungs
+    all went after its first piece; a team's ladder app that did not answer):
+    ``Retry-After``, the rung ``exhausted`` and, when known, the degraded time.
+
+    Example:
+        >>> failed_headers(0.5)
+        {'Retry-After': '1', 'X-Ladder-Rung': 'exhausted'}
+    """
+    headers = {"Retry-After": retry_after(retry_after_s), RUNG_HEADER: EXHAUSTED}
+    if degraded_s is not None:
+        headers[DEGRADED_HEADER] = f"{degraded_s:.3f}"
+    return headers
 
 
 def refusal_status(err: LadderExhaustedError) -> int:

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ray_ladder.serve import forward
+from ray_ladder.serve import forward, http
 from ray_ladder.serve.app import HEAD_NODE_RESOURCE, ROUTER_NAME, build_app
 from ray_ladder.serve.bindings import relative_path
 from ray_ladder.serve.keys import (
@@ -94,7 +94,7 @@ class SharedFront:
             body_ = ({"error": {"message": message, "type": "ladder_exhausted",
                                 "param": None, "code": "exhausted"}} if openai_route
                      else {"error": message})
-            return _json(503, body_, {"Retry-After": "1"})
+            return _json(503, body_, http.failed_headers(1.0))
 
 
 def _front(teams: Mapping[str, str], keys: KeyRing | str | Path | None, router: str,

@@ -175,6 +175,24 @@ def test_the_official_client_sync_and_async_streamed_and_whole(healthy):
     assert asyncio.run(stream_async()) == " 42 43"
 
 
+def test_the_official_client_retrieves_the_model_and_gets_400s_for_wrong_types(healthy):
+    client = openai.OpenAI(base_url=healthy.url + "/v1", api_key="unused", max_retries=0)
+    model = client.models.retrieve("llm-it")  # before: a 404 (the route was not served)
+    assert model.id == "llm-it" and model.model_extra["ladder"]["rungs"][0]["rung"] == "h100"
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.models.retrieve("gpt-4")
+    assert missing.value.body["code"] == "model_not_found"
+    for wrong in ({"temperature": "0.7"}, {"max_tokens": "5"}):  # before: 200, coerced
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(**{**chat(max_tokens=2), **wrong})
+        assert refused.value.body["param"] == next(iter(wrong))
+    # The no-op defaults a framework sends with every request are answered (before: 400).
+    answer = client.chat.completions.create(
+        **chat(max_tokens=2), response_format={"type": "text"}, tools=[],
+        tool_choice="none", logit_bias={})
+    assert answer.choices[0].message.content == " 1 2"
+
+
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 def test_curl_streams_server_sent_events(healthy):
     out = subprocess.run(

@@ -56,6 +56,18 @@ def test_a_completion_request_and_text_parts() -> None:
     ({**CHAT, "stream_options": {"include_usage": True}}, 400, "stream_options"),
     ({**CHAT, "messages": [{"role": "robot", "content": "x"}]}, 400, "messages.0.role"),
     ({**CHAT, "model": "gpt-4"}, 404, "model"),
+    # Wrong types are refused, not coerced (OpenAI answers them with a 400 too); before,
+    # each of these answered 200, the last two with an event stream of one token.
+    ({**CHAT, "temperature": "0.7"}, 400, "temperature"),
+    ({**CHAT, "max_tokens": "5"}, 400, "max_tokens"),
+    ({**CHAT, "stream": "yes"}, 400, "stream"),
+    ({**CHAT, "max_tokens": True}, 400, "max_tokens"),
+    ({**CHAT, "seed": 1.5}, 400, "seed"),
+    # What is not a no-op stays refused, naming the parameter.
+    ({**CHAT, "response_format": {"type": "json_object"}}, 400, "response_format"),
+    ({**CHAT, "tool_choice": "auto"}, 400, "tool_choice"),
+    ({**CHAT, "logit_bias": {"50256": -100}}, 400, "logit_bias"),
+    ({**CHAT, "logprobs": 0}, 400, "logprobs"),
 ])
 def test_malformed_or_unsupported_requests_are_4xx_naming_the_param(
         body: object, status: int, param: str | None) -> None:
@@ -70,6 +82,17 @@ def test_malformed_or_unsupported_requests_are_4xx_naming_the_param(
 def test_the_defaults_of_unsupported_parameters_are_accepted() -> None:
     parse_request("chat", {**CHAT, "presence_penalty": 0, "logprobs": False, "n": 1,
                            "stream": True, "stream_options": {"include_usage": True}}, "llm")
+
+
+def test_no_op_values_client_frameworks_send_on_every_request_are_accepted() -> None:
+    # Before: each was a 400 although it asks for nothing the ladder does not do.
+    _, gen = parse_request("chat", {
+        **CHAT, "response_format": {"type": "text"}, "tools": [], "tool_choice": "none",
+        "logit_bias": {}, "functions": [], "modalities": ["text"], "top_logprobs": 0,
+        "frequency_penalty": 0.0, "temperature": 0, "top_p": 1}, "llm")
+    assert gen.temperature == 0.0 and gen.top_p == 1.0  # an integer is a number
+    parse_request("completion", {"model": "llm", "prompt": "x", "echo": False,
+                                 "best_of": 1, "suffix": ""}, "llm")
 
 
 def test_a_continuation_carries_the_text_sent_and_the_tokens_left() -> None:

@@ -155,10 +155,15 @@ def sse(data: Mapping[str, Any]) -> bytes:
     return b"data: " + json.dumps(data).encode() + b"\n\n"
 
 
-def models_list(ladder: Ladder) -> dict[str, Any]:
-    """``GET /v1/models``: the ladder is the one model; its rungs are listed in the
+def model_object(ladder: Ladder) -> dict[str, Any]:
+    """``GET /v1/models/{id}``: the ladder as the one model; its rungs are listed in the
     ``ladder`` extension field (they are not requestable on their own)."""
     rungs = [{"rung": r.name, "kind": r.kind, "model": rung_model(ladder, r.name),
               "quality": r.quality, "tags": dict(r.tags)} for r in ladder.rungs]
-    return {"object": "list", "data": [{"id": ladder.name, "object": "model", "created": 0,
-                                        "owned_by": "ray-ladder", "ladder": {"rungs": rungs}}]}
+    return {"id": ladder.name, "object": "model", "created": 0, "owned_by": "ray-ladder",
+            "ladder": {"rungs": rungs}}
+
+
+def models_list(ladder: Ladder) -> dict[str, Any]:
+    """``GET /v1/models``: the list of the one model (:func:`model_object`)."""
+    return {"object": "list", "data": [model_object(ladder)]}

@@ -1,5 +1,6 @@
 """The OpenAI-compatible routes of a ladder app: ``/v1/chat/completions``,
-``/v1/completions`` (whole or streamed as server-sent events) and ``/v1/models``."""
+``/v1/completions`` (whole or streamed as server-sent events), ``/v1/models`` and
+``/v1/models/{id}``."""
 
 from __future__ import annotations
 
@@ -14,7 +15,13 @@ from ray_ladder.serve import http
 from ray_ladder.serve.bindings import relative_path
 from ray_ladder.serve.cache import payload_key
 from ray_ladder.serve.errors import public_error
-from ray_ladder.serve.llm.responses import DONE, Answer, StreamRecord, models_list
+from ray_ladder.serve.llm.responses import (
+    DONE,
+    Answer,
+    StreamRecord,
+    model_object,
+    models_list,
+)
 from ray_ladder.serve.llm.schema import OpenAIError, parse_request, wants_usage
 from ray_ladder.serve.llm.streams import Piece, StreamDriver, StreamFailed
 
@@ -27,6 +34,7 @@ ROUTES: dict[str, tuple[str, Literal["chat", "completion"] | None]] = {
     "/v1/completions": ("POST", "completion"),
     "/v1/models": ("GET", None),
 }
+MODEL_ROUTE = "/v1/models/"  # + the model's id: GET one model
 
 
 class Router(Protocol):
@@ -85,6 +93,8 @@ def rung_error(err: BaseException) -> str:
 def _route(router: Router, request: Any) -> tuple[Any, Literal["chat", "completion"] | None]:
     """``(error response or None, kind)`` for the request's route and method."""
     route = route_of(request.url.path)
+    if route is not None and route.startswith(MODEL_ROUTE):
+        return _model(router.ladder, request.method, route[len(MODEL_ROUTE):]), None
     if route not in ROUTES:
         return _error(OpenAIError(404, f"no route {request.url.path!r}; the ladder serves "
                                        f"{', '.join(sorted(ROUTES))}", code="not_found")), None
@@ -97,6 +107,20 @@ def _route(router: Router, request: Any) -> tuple[Any, Literal["chat", "completi
                                        "its compute rungs classes with an async generate() "
                                        "(docs/llm.md)", code="not_found")), None
     return None, kind
+
+
+def _model(ladder: Ladder, method: str, model_id: str) -> Any:
+    """``GET /v1/models/{id}``: the model object, or OpenAI's 404 ``model_not_found``."""
+    from starlette.responses import JSONResponse
+
+    if method != "GET":
+        return _error(OpenAIError(405, f"{method} not allowed on {MODEL_ROUTE}{{id}}: use "
+                                       "GET", headers={"Allow": "GET"}))
+    if model_id != ladder.name:
+        return _error(OpenAIError(404, f"the model {model_id!r} does not exist; this ladder "
+                                       f"serves {ladder.name!r}", param="model",
+                                  code="model_not_found"))
+    return JSONResponse(model_object(ladder))
 
 
 async def _read(router: Router, request: Any,
@@ -165,10 +189,12 @@ async def handle(router: Router, request: Any, max_body_bytes: int) -> Any:
         try:
             async for piece in pieces:
                 rung = piece.rung
-        except (StreamFailed, LadderExhaustedError) as err:
-            return _error(OpenAIError(503, str(err), type="ladder_exhausted",
-                                      headers={"Retry-After": http.retry_after(
-                                          ladder.policy.retry_after_s)}))
+        except LadderExhaustedError as err:
+            return _error(exhausted_error(err, degraded))
+        except StreamFailed as err:
+            return _error(OpenAIError(503, str(err), type="ladder_exhausted", code="exhausted",
+                                      headers=http.failed_headers(
+                                          ladder.policy.retry_after_s, degraded)))
         headers[http.RUNG_HEADER] = rung
         return JSONResponse(answer.whole(rung, record, degraded_s=degraded), headers=headers)
     return StreamingResponse(_sse(answer, first, pieces, record, degraded, wants_usage(req)),

@@ -14,13 +14,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ray_ladder.serve.llm.protocol import GenerationRequest, Message
 
 DEFAULT_MAX_TOKENS = 256
-#: Parameters of the OpenAI API the ladder accepts only at their default value.
-UNSUPPORTED = {
-    "tools": None, "tool_choice": None, "functions": None, "function_call": None,
-    "logprobs": (None, False), "top_logprobs": None, "logit_bias": None,
-    "response_format": None, "parallel_tool_calls": None, "audio": None,
-    "modalities": None, "prediction": None, "echo": (None, False), "best_of": (None, 1),
-    "suffix": None, "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0),
+#: Parameters of the OpenAI API the ladder does not implement, with the values that ask
+#: for nothing (client frameworks send some on every request: an empty ``tools`` list,
+#: ``tool_choice: "none"``, a text ``response_format``): those are accepted, any other
+#: value is a 400 naming the parameter.
+UNSUPPORTED: dict[str, tuple[Any, ...]] = {
+    "tools": (None, []), "tool_choice": (None, "none"), "functions": (None, []),
+    "function_call": (None, "none"), "logprobs": (None, False), "top_logprobs": (None, 0),
+    "logit_bias": (None, {}), "response_format": (None, {"type": "text"}),
+    "parallel_tool_calls": (None,), "audio": (None,), "modalities": (None, ["text"]),
+    "prediction": (None,), "echo": (None, False), "best_of": (None, 1), "suffix": (None, ""),
+    "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0),
 }
 
 
@@ -49,8 +53,13 @@ class OpenAIError(Exception):
                           "code": self.code}}
 
 
+#: No coercion: ``"0.7"`` is not a number, ``true`` not an integer, ``"yes"`` not a
+#: boolean (OpenAI answers each with a 400 naming the parameter); an integer is a number.
+_STRICT = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _STRICT
 
 
 class ContentPart(_Strict):
@@ -85,7 +94,7 @@ class _Common(BaseModel):
     """Fields shared by both routes; unsupported OpenAI fields are accepted here only to
     be refused with their name (see :data:`UNSUPPORTED`)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _STRICT
 
     model: str = Field(description="The ladder's model id (GET /v1/models).")
     stream: bool = Field(False, description="Server-sent events.")
@@ -163,10 +172,9 @@ def parse_request(kind: Literal["chat", "completion"], body: Any,
         param = ".".join(str(p) for p in first.get("loc", ())) or None
         hint = " (unknown field)" if first.get("type") == "extra_forbidden" else ""
         raise OpenAIError(400, f"{param}: {first.get('msg')}{hint}", param=param) from None
-    for name, allowed in UNSUPPORTED.items():
+    for name, no_op in UNSUPPORTED.items():
         value = getattr(req, name, None)
-        ok = allowed if isinstance(allowed, tuple) else (None,)
-        if value not in ok:
+        if not any(value == v and type(value) is type(v) for v in no_op):
             raise OpenAIError(400, f"{name} is not supported by this ladder", param=name,
                               code="unsupported_parameter")
     if req.n != 1:
