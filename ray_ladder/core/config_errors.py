@@ -10,19 +10,30 @@ from pydantic import ValidationError
 
 from ray_ladder.core.exceptions import ConfigIssue
 
-_VALID_KEYS = {
-    "ladder": "schema_version, name, description, rungs, policy, clusters, data",
-    "rungs": "name, kind, resources, num_gpus, num_cpus, accelerator_type, label_selector, "
-    "quality, cost_per_hour, tags, params, standby_replicas, cache, capacity, train, cluster, "
-    "data",
-    "policy": "promotion_hysteresis, max_degraded_seconds, probe_interval_s, "
-    "pending_timeout_s, retry_after_s",
-    "cache": "max_entries, ttl_s",
-    "capacity": "type, reservation, max_wait_s, max_run_s, start, end, leave_before_s",
-    "train": "workers, resources_per_worker",
-    "data": "name, region, read_gb_per_hour, stays, jurisdiction (the ladder's); region, "
-    "transfer_gb_per_s, egress_per_gb (a rung's)",
-}
+
+def _ladder_keys() -> dict[str, str]:
+    """Valid keys per level of a ladder file (the "did you mean" of an unknown field),
+    read from the models themselves so that a new field is never missing here."""
+    from ray_ladder.core.clusters import ClusterSpec, DataSpec, RungData
+    from ray_ladder.core.spec import (
+        CacheSettings,
+        CapacitySpec,
+        Ladder,
+        LatencyTargets,
+        Policy,
+        Rung,
+        TrainShape,
+    )
+
+    def keys(*models: Any) -> str:
+        return ", ".join(dict.fromkeys(k for m in models for k in m.model_fields))
+
+    return {"ladder": keys(Ladder), "rungs": keys(Rung), "policy": keys(Policy),
+            "targets": keys(LatencyTargets), "cache": keys(CacheSettings),
+            "capacity": keys(CapacitySpec), "train": keys(TrainShape),
+            "clusters": keys(ClusterSpec),
+            "data": f"{keys(DataSpec)} (the ladder's); {keys(RungData)} (a rung's)"}
+
 
 #: The same for a fleet file (core/fleet.py); a shared rung's keys are under its name.
 FLEET_KEYS = {
@@ -97,11 +108,12 @@ def _fix_for(err: Mapping[str, Any], loc: tuple[Any, ...],
              valid_keys: Mapping[str, str] | None = None) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
-        table = _VALID_KEYS if valid_keys is None else valid_keys
+        table = _ladder_keys() if valid_keys is None else valid_keys
         root = "ladder" if valid_keys is None else "fleet"
         parents = [p for p in loc[:-1] if isinstance(p, str)]
-        if valid_keys is not None and len(parents) == 2 and parents[0] == "rungs":
-            parents = ["rungs"]  # rungs.<name>.<key>: a shared rung's keys
+        named = "clusters" if valid_keys is None else "rungs"  # <level>.<name>.<key>
+        if len(parents) == 2 and parents[0] == named:
+            parents = [named]
         parent = parents[-1] if parents else root
         keys = table.get(parent, "")
         if not keys:

@@ -105,6 +105,27 @@ def test_did_you_mean_for_ladder_and_fleet_keys() -> None:
     assert did_you_mean("Num_GPU", ["num_gpus", "num_cpus"]) == "num_gpus"
 
 
+def test_a_bad_targets_block_in_a_ladder_file_names_the_field_and_the_fix(
+        tmp_path: Path) -> None:
+    path = tmp_path / "targets.yaml"
+    path.write_text("name: x\nrungs: [{name: a, num_cpus: 1}]\n"
+                    "policy: {targets: {ttft_s: -1, inter_token_s: fast, tfft_s: 0.5}}\n")
+    with pytest.raises(ConfigError) as info:
+        load_ladder(path)
+    text = str(info.value)
+    assert "policy.targets.ttft_s: Input should be greater than 0 (got -1)" in text
+    assert "policy.targets.inter_token_s: Input should be a valid number (got 'fast')" in text
+    # Before: "Fix: remove it" (the valid keys of each level were a hand-written table
+    # that had no `targets`, nor a cluster's keys); now read from the models.
+    assert "policy.targets.tfft_s" in text and "did you mean 'ttft_s'?" in text
+    [issue] = _issues("name: x\nrungs: [{name: a, num_cpus: 1}]\npolicy: {targts: {}}\n")
+    assert "did you mean 'targets'?" in issue
+    issues = _issues("name: x\nrungs: [{name: a, num_cpus: 1}]\n"
+                     "clusters: {onprem: {adress: x}}\n")
+    assert any("clusters.onprem.adress" in i and "did you mean 'address'?" in i
+               for i in issues), issues
+
+
 def test_a_file_that_is_not_utf8_is_a_config_error_naming_it(tmp_path: Path) -> None:
     path = tmp_path / "latin1.yaml"
     path.write_bytes("name: café\nrungs: [{name: a, num_cpus: 1}]\n".encode("latin-1"))
