@@ -4,38 +4,57 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias, get_args, get_origin
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from ray_ladder.core.exceptions import ConfigIssue
 
 
-def _ladder_keys() -> dict[str, str]:
-    """Valid keys per level of a ladder file (the "did you mean" of an unknown field),
-    read from the models themselves so that a new field is never missing here."""
-    from ray_ladder.core.clusters import ClusterSpec, DataSpec, RungData
-    from ray_ladder.core.spec import (
-        CacheSettings,
-        CapacitySpec,
-        Ladder,
-        LatencyTargets,
-        Policy,
-        Rung,
-        TrainShape,
-    )
-
-    def keys(*models: Any) -> str:
-        return ", ".join(dict.fromkeys(k for m in models for k in m.model_fields))
-
-    return {"ladder": keys(Ladder), "rungs": keys(Rung), "policy": keys(Policy),
-            "targets": keys(LatencyTargets), "cache": keys(CacheSettings),
-            "capacity": keys(CapacitySpec), "train": keys(TrainShape),
-            "clusters": keys(ClusterSpec),
-            "data": f"{keys(DataSpec)} (the ladder's); {keys(RungData)} (a rung's)"}
+def _model_in(annotation: Any) -> Any:
+    """The pydantic model an annotation holds (``X``, ``X | None``), else ``None``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    models = [m for m in map(_model_in, get_args(annotation)) if m is not None]
+    return models[0] if len(models) == 1 and get_origin(annotation) is not list \
+        and get_origin(annotation) is not dict else None
 
 
-#: The same for a fleet file (core/fleet.py); a shared rung's keys are under its name.
+def _fields_at(root: type[BaseModel], path: tuple[Any, ...]) -> list[str]:
+    """The field names of the model at ``path`` under ``root`` (``[]``: not a model),
+    walked through the annotations: a field, a list's index, a mapping's key.
+
+    Example:
+        >>> from ray_ladder.core.spec import Ladder
+        >>> _fields_at(Ladder, ("policy", "targets"))[:2]
+        ['answer_s', 'ttft_s']
+    """
+    current: Any = root
+    for part in path:
+        model = _model_in(current)
+        if model is not None and isinstance(part, str) and part in model.model_fields:
+            current = model.model_fields[part].annotation
+            continue
+        inner, origin = current, get_origin(current)
+        if origin not in (list, dict):  # X | None: the X
+            args = [a for a in get_args(current) if a is not type(None)]
+            inner = args[0] if len(args) == 1 else current
+            origin = get_origin(inner)
+        if origin is list and isinstance(part, int):
+            current = get_args(inner)[0]
+        elif origin is dict and isinstance(part, str):
+            current = get_args(inner)[1]
+        else:
+            return []
+    model = _model_in(current)
+    return list(model.model_fields) if model is not None else []
+
+
+#: A file's root model (its fields give each level's valid keys), or a table per level.
+KeyTable: TypeAlias = "type[BaseModel] | Mapping[str, str]"
+
+#: The valid keys per level of a fleet file (core/fleet.py); a shared rung's keys are
+#: under its name.
 FLEET_KEYS = {
     "fleet": "fleet, description, control_period_s, rungs, teams",
     "rungs": "resources, cloud, cost_per_hour, jurisdiction",
@@ -104,18 +123,21 @@ def did_you_mean(key: str, valid: Sequence[str]) -> str | None:
     return lowered[close[0]] if close else None
 
 
-def _fix_for(err: Mapping[str, Any], loc: tuple[Any, ...],
-             valid_keys: Mapping[str, str] | None = None) -> str:
+def _keys_for(loc: tuple[Any, ...], valid_keys: KeyTable) -> str:
+    """The valid keys beside the unknown key at ``loc``: read from the file's root model,
+    or from a table (``rungs.<name>.<key>``: a shared rung's keys)."""
+    if isinstance(valid_keys, type):
+        return ", ".join(_fields_at(valid_keys, loc[:-1]))
+    parents = [p for p in loc[:-1] if isinstance(p, str)]
+    if len(parents) == 2 and parents[0] == "rungs":
+        parents = ["rungs"]
+    return valid_keys.get(parents[-1] if parents else next(iter(valid_keys), ""), "")
+
+
+def _fix_for(err: Mapping[str, Any], loc: tuple[Any, ...], valid_keys: KeyTable) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
-        table = _ladder_keys() if valid_keys is None else valid_keys
-        root = "ladder" if valid_keys is None else "fleet"
-        parents = [p for p in loc[:-1] if isinstance(p, str)]
-        named = "clusters" if valid_keys is None else "rungs"  # <level>.<name>.<key>
-        if len(parents) == 2 and parents[0] == named:
-            parents = [named]
-        parent = parents[-1] if parents else root
-        keys = table.get(parent, "")
+        keys = _keys_for(loc, valid_keys)
         if not keys:
             return "remove it"
         guess = did_you_mean(str(loc[-1]), keys.split(", "))
@@ -128,10 +150,10 @@ def _fix_for(err: Mapping[str, Any], loc: tuple[Any, ...],
 
 
 def issues_from_validation_error(err: ValidationError, data: Any,
-                                 valid_keys: Mapping[str, str] | None = None
-                                 ) -> list[ConfigIssue]:
+                                 valid_keys: KeyTable) -> list[ConfigIssue]:
     """One :class:`ConfigIssue` per pydantic error, with path, value and fix
-    (``valid_keys``: the key table of another file kind, e.g. :data:`FLEET_KEYS`)."""
+    (``valid_keys``: the file's root model, whose fields give each level's valid keys,
+    or a key table per level, e.g. :data:`FLEET_KEYS`)."""
     issues: list[ConfigIssue] = []
     for e in err.errors(include_url=False):
         loc = tuple(e["loc"])

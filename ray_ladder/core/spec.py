@@ -301,7 +301,7 @@ class Ladder(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as err:
-            issues = issues_from_validation_error(err, data)
+            issues = issues_from_validation_error(err, data, cls)
         rungs = data.get("rungs")
         if isinstance(rungs, list):
             seen = {(i.path, i.message) for i in issues}
