@@ -112,13 +112,13 @@ def show(file: str, as_json: bool) -> None:
         return
     console = Console()
     if isinstance(model, Fleet):
-        console.print(fleet_rungs_table(model))
-        console.print(fleet_teams_table(model))
+        console.print(fleet_rungs_table(model, console.width))
+        console.print(fleet_teams_table(model, console.width))
         console.print(f"control_period_s={model.control_period_s:g}")
         return
-    console.print(ladder_table(model))
+    console.print(ladder_table(model, console.width))
     if model.clusters:
-        console.print(clusters_table(model))
+        console.print(clusters_table(model, console.width))
     if (line := data_line(model)) is not None:
         console.print(line)
     console.print(_policy_line(model))
