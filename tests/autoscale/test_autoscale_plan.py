@@ -143,6 +143,26 @@ def test_constraints_keep_ineligible_rungs_out_of_the_request():
     assert plan.target == "a100" and "h100" not in p.rungs
 
 
+def test_spill_past_a_rung_the_operator_may_not_pay_for_asks_for_nothing():
+    # Cost permitting: an h100 over the hook's cost bound is not a rung it keeps, so a
+    # sustained spill past it (reported by a router that serves other requests there)
+    # buys no h100 node; the spill past a100, which it may buy, does.
+    dear = Ladder.from_yaml(LADDER_COSTS)
+    p = AutoscalePlanner(dear, OPTS, Constraints(max_cost_per_hour=5.0))
+    p.step({"a100": 1, "cpu": 1}, [], now=100.0)
+    plan = p.step({"a100": 1, "cpu": 1}, [], now=101.0, spill={"h100": 4, "a100": 2})
+    assert "h100" not in requested(plan) and requested(plan).count("a100") == 2
+
+
+LADDER_COSTS = """
+name: priced
+rungs:
+  - {name: h100, resources: {ladder/h100: 1}, cost_per_hour: 12}
+  - {name: a100, resources: {ladder/a100: 1}, quality: 0.9, cost_per_hour: 4}
+  - {name: cpu, num_cpus: 1, quality: 0.5, cost_per_hour: 0.5}
+"""
+
+
 def test_restore_keeps_backoff_across_a_restart():
     p = AutoscalePlanner(LADDER, OPTS)
     p.step({"cpu": 1}, [], now=0.0)
