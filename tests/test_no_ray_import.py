@@ -35,6 +35,7 @@ PURE_MODULES = (
     "ray_ladder.cluster.errors",
     "ray_ladder.cluster.event_log",
     "ray_ladder.cluster.event_store",
+    "ray_ladder.cluster.hook_board",
     "ray_ladder.cluster.metrics",
     "ray_ladder.cluster.ray_private",
     "ray_ladder.cluster.roles",

@@ -11,9 +11,9 @@ from typing import Any
 from ray_ladder.autoscale import sources
 from ray_ladder.autoscale.plan import MAX_EVENTS, AutoscaleOptions, AutoscalePlanner
 from ray_ladder.autoscale.teams import TeamGrants
-from ray_ladder.cluster.board import hook_step
 from ray_ladder.cluster.capacity import resolve_node_source
 from ray_ladder.cluster.grants import GrantReader
+from ray_ladder.cluster.hook_board import hook_step
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.spec import Ladder, as_ladder
 

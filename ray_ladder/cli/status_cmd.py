@@ -65,6 +65,23 @@ def _title(user: dict[str, Any]) -> str:
     return title + f", updated {float(user.get('age_s') or 0):.1f} s ago"
 
 
+def _why(rung: dict[str, Any]) -> dict[str, Any] | None:
+    """Why an unobtainable rung is, where its observer knew (entries of older versions
+    carry no ``why``)."""
+    why = rung.get("why")
+    return why if not rung["obtainable"] and isinstance(why, dict) else None
+
+
+def _obtainable(rung: dict[str, Any], slow: dict[str, Any]) -> str:
+    """The obtainable cell: ``yes``, ``slow``, ``no`` or ``no (<cause>)``."""
+    if rung["obtainable"]:
+        return "yes"
+    if rung["name"] in slow:
+        return "slow"
+    why = _why(rung)
+    return "no" if why is None else f"no ({str(why.get('cause', 'other')).replace('_', ' ')})"
+
+
 def user_view(user: dict[str, Any]) -> Group:
     """The rich view of one ladder in use: a table per rung, then what differs and the
     last transitions."""
@@ -83,14 +100,17 @@ def user_view(user: dict[str, Any]) -> Group:
         for r in user["rungs"]:
             mark = "*" if r["name"] == user.get("current") else ""
             share = r.get("share_1m")
-            obtainable = "yes" if r["obtainable"] else "slow" if r["name"] in slow else "no"
-            table.add_row(f"{r['name']}{mark}", r["kind"], obtainable,
+            table.add_row(f"{r['name']}{mark}", r["kind"], _obtainable(r, slow),
                           "-" if r.get("nodes") is None else str(r["nodes"]),
                           "-" if r.get("replicas") is None else str(r["replicas"]),
                           "-" if share is None else f"{100 * share:.0f}% ({r['served_1m']})",
                           r.get("hook_role") or "-")
         for name, why in slow.items():
             parts.append(Text(f"{name} is slow: {why}"))
+        for r in user["rungs"]:
+            why = _why(r)
+            if why is not None and why.get("reason") and r["name"] not in slow:
+                parts.append(Text(f"{r['name']} is unobtainable: {why['reason']}"))
         unanswered = user.get("unanswered_1m") or {}
         if unanswered:
             parts.append(Text("not answered by a rung (1m): " + ", ".join(

@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ray_ladder.cluster import event_store, metrics
-from ray_ladder.cluster.event_log import record_event
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.exceptions import Attempt, AttemptCause
+from ray_ladder.core.placement import RungWhy
 from ray_ladder.core.selector import Selector
 from ray_ladder.core.spec import Ladder
 
@@ -147,6 +147,7 @@ class LadderBoard:
         self._hours: dict[tuple[str, str], float] = {}
         self._cost: dict[tuple[str, str], float] = {}
         self._identity: tuple[str | None, str | None] | None = None
+        self._shown: set[str] = set()  # users whose published entry counted answers
         self.entries_published = 0
 
     # --- answers ---------------------------------------------------------------------
@@ -218,13 +219,20 @@ class LadderBoard:
 
     # --- observations ----------------------------------------------------------------
 
+    def unpublished(self, user: str) -> bool:
+        """Whether ``user`` has answers that no published entry of it counted yet (its
+        first ones): :meth:`observe` publishes them at once, whatever ``PUBLISH_S`` says,
+        so ``ray-ladder status`` lists a user right after its first answer."""
+        return user in self._counts and user not in self._shown
+
     def observe(self, user: str, ladder: Ladder, selector: Selector, *,
                 obtainable: Mapping[str, bool], replicas: Mapping[str, int] | None = None,
                 others: Iterable[Selector] = (), extra: Mapping[str, Any] | None = None,
-                now: float | None = None, selector_now: float | None = None
-                ) -> dict[str, Any] | None:
+                now: float | None = None, selector_now: float | None = None,
+                why: Mapping[str, RungWhy] | None = None) -> dict[str, Any] | None:
         """After one observation of ``user``'s ``selector``: gauges, replica-hours, and
-        the entry (published when due); returns the entry when it was published.
+        the entry (published when due: at most every ``PUBLISH_S``, at once when its rung
+        changed or on its first answers); returns the entry when it was published.
 
         Args:
             user: Which user (the app, task or trial name).
@@ -237,6 +245,8 @@ class LadderBoard:
             now: Wall-clock time (default: the board's clock).
             selector_now: The selectors' own clock now, where it is not the wall clock
                 (Tune's scheduler observes with a monotonic one).
+            why: Rung -> why it is unobtainable, where the observer knows
+                (:func:`~ray_ladder.core.placement.rung_why`).
         """
         now = self._clock() if now is None else now
         self.flush_answers()
@@ -245,13 +255,17 @@ class LadderBoard:
         self._gauges(user, ladder, state)
         self._accrue(user, ladder, replicas or {}, now)
         last = self._published.get(user)
-        if last is not None and now - last[0] < PUBLISH_S and last[1] == state["current"]:
+        if last is not None and now - last[0] < PUBLISH_S and last[1] == state["current"] \
+                and not self.unpublished(user):
             return None
         entry = self.entry(user, ladder, selector, state, obtainable=obtainable,
-                           replicas=replicas, others=others, now=now, selector_now=sel_now)
+                           replicas=replicas, others=others, now=now, selector_now=sel_now,
+                           why=why)
         if extra:
             entry.update(extra)
         self._published[user] = (now, state["current"])
+        if user in self._counts:
+            self._shown.add(user)
         self._publish(self.key(user), entry)
         self._flush_hours(ladder)
         self.entries_published += 1
@@ -270,8 +284,8 @@ class LadderBoard:
 
     def entry(self, user: str, ladder: Ladder, selector: Selector, state: Mapping[str, Any],
               *, obtainable: Mapping[str, bool], replicas: Mapping[str, int] | None,
-              others: Iterable[Selector], now: float, selector_now: float | None = None
-              ) -> dict[str, Any]:
+              others: Iterable[Selector], now: float, selector_now: float | None = None,
+              why: Mapping[str, RungWhy] | None = None) -> dict[str, Any]:
         """The JSON-ready status entry of ``user`` (see docs/operating.md)."""
         served = self._counts[user].totals(now) if user in self._counts else {}
         spec = self._specs.get(ladder.name)
@@ -280,9 +294,11 @@ class LadderBoard:
             self._publish(*ladder_meta(ladder, now))
         rungs = []
         for rung in ladder.rungs:
+            ok = True if not rung.is_compute else bool(obtainable.get(rung.name))
+            known = None if ok or why is None else why.get(rung.name)
             rungs.append({
-                "name": rung.name, "kind": rung.kind,
-                "obtainable": True if not rung.is_compute else bool(obtainable.get(rung.name)),
+                "name": rung.name, "kind": rung.kind, "obtainable": ok,
+                "why": None if known is None else dict(known),
                 "eligible": rung.name in selector.eligible,
                 "replicas": None if replicas is None or not rung.is_compute
                 else int(replicas.get(rung.name, 0)),
@@ -355,39 +371,3 @@ def ladder_meta(ladder: Ladder, now: float) -> tuple[str, dict[str, Any]]:
             {"ladder": ladder.name, "rungs": ladder.names,
              "kinds": [r.kind for r in ladder.rungs], "time": now,
              "spec": ladder.model_dump(mode="json")})
-
-
-_hook_ladders: set[str] = set()
-
-
-def hook_step(ladder: Ladder, events: Sequence[Mapping[str, Any]],
-              state: Mapping[str, Any]) -> None:
-    """Record one autoscaler-hook step: its events (store and metrics), its roles and the
-    rung it serves (gauges). The hook publishes its own status entry (its KV state).
-
-    Example:
-        >>> hook_step(ladder, [], {"serving": "h100", "rungs": {}})  # doctest: +SKIP
-    """
-    try:
-        _hook_step(ladder, events, state)
-    except Exception:  # never fail a hook step over its records
-        logger.debug("hook step not recorded", exc_info=True)
-
-
-def _hook_step(ladder: Ladder, events: Sequence[Mapping[str, Any]],
-               state: Mapping[str, Any]) -> None:
-    if ladder.name not in _hook_ladders:
-        _hook_ladders.add(ladder.name)
-        event_store.publish(*ladder_meta(ladder, time.time()))
-    for event in events:
-        record_event({k: v for k, v in event.items() if k != "rung"}, part="hook",
-                     source="hook", rung=event.get("rung"))
-    serving = state.get("serving")
-    metrics.set_gauge("ladder_current_rung",
-                      ladder.index(serving) if serving in ladder.names else -1,
-                      ladder=ladder.name, part="hook")
-    for rung, info in (state.get("rungs") or {}).items():
-        role = info.get("role", "none")
-        for name in metrics.ROLES:
-            metrics.set_gauge("ladder_hook_role", 1.0 if name == role else 0.0,
-                              ladder=ladder.name, rung=rung, role=name)

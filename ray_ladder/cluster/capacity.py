@@ -23,11 +23,14 @@ from ray_ladder.cluster.node_table import SharedNodeTable, ray_node_states
 from ray_ladder.core.capacity_type import WINDOW_CLOSED_REASON, gate
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.placement import (
+    NO_NODE_REASON,
     NodeState,
     RungCapacity,
+    RungWhy,
     going_away_reason,
     held_back,
     ladder_capacity,
+    rung_why,
 )
 from ray_ladder.core.spec import Ladder
 
@@ -91,9 +94,11 @@ class CapacitySnapshot:
         budget: For a team's view, its spent budget (``None`` while it is ``ok``):
             ``demote`` already took the dearer rungs out of ``obtainable``; ``queue`` and
             ``reject`` are acted on by the consumer (docs/teams.md, "Budgets").
-        held_kind: Rung name -> why it is held, as data: ``budget`` (a spent team
-            budget demotes it), ``grant`` (the team has no unit of it granted); both
-            are hard holds (``grants.HARD_HOLDS``); other holds are not classified yet.
+        held_kind: Rung name -> why it is held, as data (a
+            :data:`~ray_ladder.core.placement.RungCause`): ``budget`` (a spent team
+            budget demotes it) and ``grant`` (the team has no unit of it granted) are
+            the hard holds (``grants.HARD_HOLDS``); ``window``, ``going_away`` (a
+            preemption or reclaim notice) and ``released`` (the hook) are not.
     """
 
     time: float
@@ -108,6 +113,32 @@ class CapacitySnapshot:
     def why(self, rung: str) -> str:
         """A short reason for ``rung``'s state: the hold, else ``absent``/``busy``/``free``."""
         return self.held.get(rung) or self.rungs[rung].state
+
+    def why_not(self, rung: str) -> RungWhy | None:
+        """Why ``rung`` is not obtainable, as data and words (``None``: it is, or the
+        snapshot cannot tell: nothing is invented).
+
+        Example:
+            >>> snap = CapacitySnapshot(0.0, {"h100": RungCapacity(0, 0, False)},
+            ...                         {"h100": False})
+            >>> snap.why_not("h100")
+            {'cause': 'no_node', 'reason': 'no alive node can host it'}
+        """
+        if self.obtainable.get(rung, True):
+            return None
+        if rung in self.held:
+            return rung_why(self.held_kind.get(rung, "other"), self.held[rung])
+        capacity = self.rungs.get(rung)
+        if capacity is not None and capacity.total == 0:
+            return rung_why("no_node", NO_NODE_REASON)
+        if capacity is not None and capacity.available == 0:
+            return rung_why("busy", "no node that can host it has room right now")
+        return None
+
+    def why_unobtainable(self) -> dict[str, RungWhy]:
+        """:meth:`why_not` of every unobtainable rung that has a known reason."""
+        found = {name: self.why_not(name) for name in self.obtainable}
+        return {name: why for name, why in found.items() if why is not None}
 
 
 class CapacityView:
@@ -213,20 +244,26 @@ class CapacityView:
         gated = gate(self.ladder.rungs, obtainable, self._wall_clock())
         held: dict[str, str] = {n: WINDOW_CLOSED_REASON for n in obtainable
                                 if obtainable[n] and not gated[n]}
+        kinds = dict.fromkeys(held, "window")  # each hold's cause, written with it
         obtainable = gated
         going = {n: c.deadline for n, c in rungs.items() if c.going_away}
         entry = self._grant_source(self.team) \
             if self.team is not None and self._grant_source is not None else None
-        granted, denied = self._team_limits(entry, obtainable, held, going)
-        hold, kinds = self._budget_limits(entry, obtainable, held)
-        kinds = {**dict.fromkeys(denied, GRANT_HELD), **kinds}
+        granted, denied, reclaimed = self._team_limits(entry, obtainable, held, going)
+        kinds.update({**dict.fromkeys(denied, GRANT_HELD),
+                      **dict.fromkeys(reclaimed, "going_away")})
+        hold, budget_kinds = self._budget_limits(entry, obtainable, held)
+        kinds.update(budget_kinds)
         wall = self._wall_clock()
-        held.update({n: going_away_reason(d, wall) for n, d in going.items()
-                     if n not in held})
+        preempted = {n: going_away_reason(d, wall) for n, d in going.items() if n not in held}
+        held.update(preempted)
+        kinds.update(dict.fromkeys(preempted, "going_away"))
         if self._hook_source is not None:
             roles = self._hook_source(self.ladder.name)
             if roles is not None:
-                held.update(self._hold_released(roles, obtainable))
+                released = self._hold_released(roles, obtainable)
+                held.update(released)
+                kinds.update(dict.fromkeys(released, "released"))
         snap = CapacitySnapshot(self._clock(), rungs, obtainable, held, going, granted,
                                 hold, kinds)
         self._snapshot = snap
@@ -234,15 +271,15 @@ class CapacityView:
 
     def _team_limits(self, entry: Mapping[str, Any] | None, obtainable: dict[str, bool],
                      held: dict[str, str], going: dict[str, float | None],
-                     ) -> tuple[dict[str, int], list[str]]:
+                     ) -> tuple[dict[str, int], list[str], list[str]]:
         """Apply the team's grants (in place): denied rungs, reclaimed ones going away.
-        Returns the units granted and not reclaimed per shared rung, and the rungs held
-        because no unit of them is granted."""
+        Returns the units granted and not reclaimed per shared rung, the rungs held
+        because no unit of them is granted, and those held for a reclaim notice."""
         if entry is None:  # no team, or no arbiter ever ran for it: no fleet limits
-            return {}, []
+            return {}, [], []
         denied, reclaimed = team_limits(entry)
         wall = self._wall_clock()
-        held_now = []
+        held_now, noticed = [], []
         for name, why in denied.items():
             if obtainable.get(name):
                 obtainable[name] = False
@@ -255,8 +292,9 @@ class CapacityView:
                 due = "no deadline" if deadline is None else \
                     f"deadline in {max(0.0, deadline - wall):.1f} s"
                 held[name] = f"reclaim notice: team {self.team}'s {name} units go back, {due}"
+                noticed.append(name)
         return {rung: max(0, int(g.get("held", 0)) - int(g.get("noticed", 0)))
-                for rung, g in (entry.get("rungs") or {}).items()}, held_now
+                for rung, g in (entry.get("rungs") or {}).items()}, held_now, noticed
 
     def _budget_limits(self, entry: Mapping[str, Any] | None, obtainable: dict[str, bool],
                        held: dict[str, str]) -> tuple[BudgetHold | None, dict[str, str]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal, TypedDict, cast, get_args
 
 from ray_ladder.core.spec import Ladder, Rung
 
@@ -259,6 +260,41 @@ def going_away_reason(deadline: float | None, now: float) -> str:
     """
     due = "no deadline" if deadline is None else f"deadline in {max(0.0, deadline - now):.1f} s"
     return f"{PREEMPTION_NOTICE}: its nodes are draining, {due}"
+
+
+#: Why a rung is unobtainable, as data (a status entry's ``why.cause``; never read out of
+#: its sentence): ``no_node`` no alive node can host it, ``busy`` none is free (or an
+#: attempt waited past its pending timeout), ``going_away`` a preemption or reclaim
+#: notice, ``released`` the autoscaler hook released it, ``window`` outside its capacity
+#: block window, ``grant`` no unit of it granted to the team, ``budget`` the team's spent
+#: budget demotes it, ``down`` / ``slow`` the router marked it down for failing / being
+#: slow, ``starting`` its standby replica is not running yet, ``probation`` it failed
+#: and must answer a ping, ``other`` a hold nobody classified.
+RungCause = Literal["no_node", "busy", "going_away", "released", "window", "grant", "budget",
+                    "down", "slow", "starting", "probation", "other"]
+RUNG_CAUSES: tuple[str, ...] = get_args(RungCause)
+#: The reason of a compute rung no alive node can host (cause ``no_node``).
+NO_NODE_REASON = "no alive node can host it"
+
+
+class RungWhy(TypedDict):
+    """Why a rung is unobtainable: a low-cardinality ``cause`` and a ``reason`` for people."""
+
+    cause: RungCause
+    reason: str
+
+
+def rung_why(cause: str, reason: str) -> RungWhy:
+    """A :class:`RungWhy`; a ``cause`` outside :data:`RungCause` becomes ``other``.
+
+    Example:
+        >>> rung_why("no_node", NO_NODE_REASON)
+        {'cause': 'no_node', 'reason': 'no alive node can host it'}
+        >>> rung_why("unheard-of", "held")["cause"]
+        'other'
+    """
+    return {"cause": cast(RungCause, cause) if cause in RUNG_CAUSES else "other",
+            "reason": reason}
 
 
 def standby_replicas(ladder: Ladder, rung: Rung) -> int:

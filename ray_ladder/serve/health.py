@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ray_ladder.core.backoff import Backoff, FailureStreak
+from ray_ladder.core.placement import NO_NODE_REASON, RungWhy, rung_why
 
 #: Longest a rung that keeps failing stays marked down (the cooldown doubles up to it).
 MAX_COOLDOWN_S = 30.0
@@ -73,3 +74,23 @@ class RungHealth:
     def counts(self, now: float) -> bool:
         """Whether the router may send it requests: not down and not on probation."""
         return not self.is_down(now) and not self.probation
+
+    def why_not(self, now: float, *, placeable: bool, running: int, held: bool,
+                going: str | None) -> RungWhy | None:
+        """Why the router keeps the rung out, the first of its reasons that holds, as
+        data and words (``None``: none does). ``placeable``: an alive node can host it;
+        ``running``: its RUNNING replicas; ``held``: the hook released it; ``going``:
+        the reason of a preemption notice, if any."""
+        if self.is_down(now):
+            return rung_why("slow", f"slow: {self.reason}") if self.slow else \
+                rung_why("down", f"marked down: {self.reason}")
+        if not placeable:
+            return rung_why("no_node", NO_NODE_REASON)
+        if running == 0:
+            return rung_why("starting", "its standby replica is not running yet")
+        if self.probation:
+            return rung_why("probation",
+                            "failed a request; waiting for a replica to answer a ping")
+        if held:
+            return rung_why("released", "released by the autoscaler hook (a better rung is up)")
+        return None if going is None else rung_why("going_away", going)

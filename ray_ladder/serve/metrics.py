@@ -137,6 +137,8 @@ class LadderMetrics:
             obtainable={r["name"]: r["obtainable"] for r in rungs},
             replicas={r["name"]: r["running_replicas"] or 0 for r in rungs},
             others=selectors[1:][-MAX_STATUS_SELECTORS:], now=now,
+            why={r["name"]: why for r in rungs if not r["obtainable"]
+                 and (why := state.why_not(r["name"], now)) is not None},
             extra={"slow": {r["name"]: r["down_reason"] for r in rungs if r.get("slow")}})
 
     def snapshot(self) -> dict[str, Any]:

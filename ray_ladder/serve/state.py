@@ -9,7 +9,7 @@ from typing import Any
 from ray_ladder.core.backoff import Backoff
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.events import TransitionEvent
-from ray_ladder.core.placement import going_away_reason, held_back, standby_replicas
+from ray_ladder.core.placement import RungWhy, going_away_reason, held_back, standby_replicas
 from ray_ladder.core.selector import Decision, Selector
 from ray_ladder.core.spec import Ladder
 from ray_ladder.serve.health import MAX_COOLDOWN_S, RungHealth
@@ -268,20 +268,15 @@ class RouterState:
 
     def why_unobtainable(self, rung: str, now: float) -> str:
         """A short reason why compute ``rung`` is not obtainable (for logs and state)."""
-        health = self._health[rung]
-        if health.is_down(now):
-            return f"{'slow' if health.slow else 'marked down'}: {health.reason}"
-        if not self._placeable.get(rung, False):
-            return "no alive node can host it"
-        if self._running.get(rung, 0) == 0:
-            return "its standby replica is not running yet"
-        if health.probation:
-            return "failed a request; waiting for a replica to answer a ping"
-        if rung in self._held:
-            return "released by the autoscaler hook (a better rung is up)"
-        if rung in self._going:
-            return going_away_reason(self._going[rung], now)
-        return "obtainable"
+        why = self.why_not(rung, now)
+        return "obtainable" if why is None else why["reason"]
+
+    def why_not(self, rung: str, now: float) -> RungWhy | None:
+        """Why compute ``rung`` is not obtainable, as data and words (``None``: it is)."""
+        going = going_away_reason(self._going[rung], now) if rung in self._going else None
+        return self._health[rung].why_not(now, placeable=self._placeable.get(rung, False),
+                                          running=self._running.get(rung, 0),
+                                          held=rung in self._held, going=going)
 
     def on_probation(self, now: float) -> list[str]:
         """Rungs past their cooldown that must answer once before they count again (the

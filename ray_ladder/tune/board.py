@@ -68,7 +68,7 @@ def _publish(board: LadderBoard, scheduler: RunSource,
         snap = scheduler._view(spec).snap  # the run's capacity view (refreshed in a thread)
         board.observe(
             spec.ladder.name, ladder, worst.selector, obtainable=snap.obtainable,
-            replicas=dict(placed), now=wall, selector_now=now,
+            why=snap.why_unobtainable(), replicas=dict(placed), now=wall, selector_now=now,
             extra={"trials": [{"trial": t.trial_id, "status": t.status, "rung": s.placed,
                                "degraded_s": round(s.selector.degraded_s(now), 3)}
                               for t, s in group]})

@@ -67,3 +67,26 @@ def test_a_rung_with_no_unit_granted_is_a_hard_hold_the_router_does_not_place_on
     assert snap.held_kind == {"h100": GRANT_HELD}
     assert placeable_rungs(snap) == {"h100": False, "a100": True}
     assert placeable_rungs(_view(_grant(1)).refresh()) == {"h100": True, "a100": True}
+
+
+def test_each_hold_writes_its_cause_as_data_with_its_reason() -> None:
+    # `ray-ladder status` says why a rung is unobtainable: the cause is written where the
+    # hold is, never read out of its sentence; a rung nothing holds has no why.
+    denied = _view(_grant(0)).refresh()
+    assert denied.why_not("h100") == {"cause": "grant",
+                                      "reason": "no h100 unit granted to team b"}
+    assert denied.why_not("a100") is None
+    reclaimed = _view(_grant(2, noticed=2, deadline=130.0)).refresh().why_not("h100")
+    assert reclaimed is not None and reclaimed["cause"] == "going_away"
+    assert reclaimed["reason"].startswith("reclaim notice")
+    nodes = FakeNodes(LADDER)
+    nodes.add("h100")
+    released = {"time": 100.0, "interval_s": 1.0,
+                "rungs": {"h100": {"role": "serving"}, "a100": {"role": "released"}}}
+    view = CapacityView(LADDER, node_source=nodes, hook_source=lambda name: released,
+                        wall_clock=lambda: 100.0)
+    assert view.refresh().why_unobtainable() == {
+        "a100": {"cause": "no_node", "reason": "no alive node can host it"}}
+    nodes.add("a100")
+    assert view.refresh().why_unobtainable() == {
+        "a100": {"cause": "released", "reason": "released by the autoscaler hook"}}

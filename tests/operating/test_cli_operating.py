@@ -231,3 +231,30 @@ def test_a_slow_rung_shows_as_slow_with_its_reason() -> None:
     row = next(line for line in text.splitlines() if "h100" in line and "compute" in line)
     assert [c.strip() for c in row.split("│")][3] == "slow"
     assert "h100 is slow: its replicas took 1.70s against the 1s target" in text
+
+
+def test_an_unobtainable_rung_shows_why_where_its_observer_knew() -> None:
+    from rich.console import Console
+
+    from ray_ladder.cli.status_cmd import report_view
+
+    task = {
+        "part": "task", "source": "embed", "ladder": "batch", "current": "cpu",
+        "current_index": 2, "degraded_s": 4.0, "age_s": 0.1,
+        "rungs": [{"name": "h100", "kind": "compute", "obtainable": False, "nodes": 0,
+                   "replicas": 0, "served_1m": 0, "share_1m": None, "hook_role": None,
+                   "why": {"cause": "no_node", "reason": "no alive node can host it"}},
+                  {"name": "a100", "kind": "compute", "obtainable": False, "nodes": 1,
+                   "replicas": 0, "served_1m": 0, "share_1m": None, "hook_role": None,
+                   "why": None},  # its observer could not tell: nothing invented
+                  {"name": "cpu", "kind": "compute", "obtainable": True, "nodes": 1,
+                   "replicas": 1, "served_1m": 5, "share_1m": 1.0, "hook_role": None}],
+        "last_transitions": []}
+    console = Console(record=True, width=140)
+    console.print(report_view({**REPORT, "ladders": [task]}))
+    text = console.export_text()
+    cells = {row.split("│")[1].strip(): row.split("│")[3].strip()
+             for row in text.splitlines() if "compute" in row}
+    assert cells == {"h100": "no (no node)", "a100": "no", "cpu*": "yes"}
+    assert "h100 is unobtainable: no alive node can host it" in text
+    assert "a100 is unobtainable" not in text

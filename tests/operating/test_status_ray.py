@@ -37,6 +37,15 @@ rungs:
   - {name: h100, resources: {ladder/h100: 1}}
   - {name: cpu, num_cpus: 1, label_selector: {ladder.node-type: head}, quality: 0.5}
 """)
+#: Observed every 10 s: its entry is in `status` at once only because its first answer
+#: publishes it (tpu: no node has it, so it is unobtainable with a reason).
+FIRST = Ladder.from_yaml("""
+name: first
+policy: {probe_interval_s: 10}
+rungs:
+  - {name: tpu, resources: {ladder/tpu: 1}}
+  - {name: cpu, num_cpus: 1, label_selector: {ladder.node-type: head}, quality: 0.5}
+""")
 SLOW = 120  # deadlines for a small shared machine
 
 
@@ -53,6 +62,11 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 @ladder_task(TASKS)
 def work(x, *, rung):
+    return rung.name
+
+
+@ladder_task(FIRST)
+def first(x, *, rung):
     return rung.name
 
 
@@ -75,11 +89,16 @@ class Live:
                                self.cluster.address], capture_output=True, text=True,
                               timeout=60)
 
-    def status(self) -> dict[str, dict[str, Any]]:
-        """The report's ladders by part (one Serve app, one task here)."""
+    def users(self) -> list[dict[str, Any]]:
+        """The report's ladders."""
         proc = self.cli("status", "--json")
         assert proc.returncode in (0, 1), proc.stderr
-        return {u["part"]: u for u in json.loads(proc.stdout)["ladders"]}
+        return json.loads(proc.stdout)["ladders"]
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        """The report's ladders by part (one Serve app, one task here), task `first` left
+        out."""
+        return {u["part"]: u for u in self.users() if u["ladder"] != "first"}
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +125,20 @@ def live(local_cluster):
 
 def rung(user: dict[str, Any], name: str) -> dict[str, Any]:
     return next(r for r in user["rungs"] if r["name"] == name)
+
+
+def test_status_right_after_a_tasks_first_answer_lists_it_and_says_why_not(live):
+    # The first call of this driver: its orchestrator observes every 10 s, so only the
+    # answer itself can have published the entry `status` reads a moment later.
+    assert ray.get(first.remote(0)) == "cpu"
+    task = next(u for u in live.users() if u["ladder"] == "first")
+    assert (task["part"], task["source"], task["current"]) == ("task", "first", "cpu")
+    assert rung(task, "cpu")["served_1m"] == 1
+    assert rung(task, "tpu")["why"] == {"cause": "no_node",
+                                        "reason": "no alive node can host it"}
+    people = live.cli("status")
+    assert "no (no node)" in people.stdout
+    assert "tpu is unobtainable: no alive node can host it" in people.stdout
 
 
 def test_status_finds_the_app_and_the_task_driver_without_joining_the_cluster(live):
@@ -155,9 +188,11 @@ def test_status_follows_a_node_kill_and_the_climb_back(live, tmp_path: Path):
     for user in (app, task):
         h100 = rung(user, "h100")
         assert (h100["obtainable"], h100["nodes"]) == (False, 0)
+        assert h100["why"]["cause"] in ("no_node", "down")  # the router may mark it down
         moves = [(e["from"], e["to"]) for e in user["last_transitions"]
                  if e["kind"] == "transition"]
         assert moves[-1] == ("h100", user["current"])
+    assert rung(task, "h100")["why"]["cause"] == "no_node"
     assert [e["kind"] for e in app["last_transitions"]][-1] == "alert"
     later = wait_until(lambda: (s := live.status()) and s["task"]["degraded_s"]
                        > task["degraded_s"] and s, SLOW, 0.5, "degraded time grows")

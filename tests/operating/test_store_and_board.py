@@ -236,6 +236,46 @@ def test_the_board_publishes_rung_degraded_time_shares_and_constraint_sets() -> 
     assert later["degraded_s"] == pytest.approx(5.6) and later["alert_fired"] is True
 
 
+def test_an_unobtainable_rung_carries_why_where_its_observer_knows() -> None:
+    board = LadderBoard("task", clock=lambda: 1000.0, publish=lambda key, entry: None)
+    sel = Selector(LADDER)
+    sel.observe({"h100": False, "a100": False}, now=1000.0)
+    why = {"h100": {"cause": "no_node", "reason": "no alive node can host it"},
+           "shed": {"cause": "other", "reason": "?"}}  # an obtainable rung shows no why
+    entry = board.observe("embed", LADDER, sel, obtainable={"h100": False, "a100": False},
+                          why=why)
+    assert entry is not None
+    assert {r["name"]: r["why"] for r in entry["rungs"]} == {
+        "h100": {"cause": "no_node", "reason": "no alive node can host it"},
+        "a100": None,  # unobtainable, but the observer did not say why: nothing invented
+        "shed": None}
+    report = build_report(entries=[{**entry, "job_id": "01"}], hooks={}, nodes=[],
+                          live_jobs={"01"}, events=[], ladders={}, now=1000.5)
+    assert report["ladders"][0]["rungs"][0]["why"]["cause"] == "no_node"  # `--json`
+
+
+def test_a_users_first_answer_publishes_its_entry_at_once() -> None:
+    # `ray-ladder status` right after a task's first answer lists it: the entry is not
+    # held back for PUBLISH_S (nor does it wait for the next observation's tick).
+    published: list[dict] = []
+    clock = [1000.0]
+    board = LadderBoard("task", clock=lambda: clock[0],
+                        publish=lambda key, entry: published.append(dict(entry)))
+    sel = Selector(LADDER)
+    sel.observe({"h100": True}, now=1000.0)
+    assert board.observe("embed", LADDER, sel, obtainable={"h100": True}) is not None
+    clock[0] = 1000.2
+    board.call_finished("embed", LADDER, "h100", [])
+    assert board.unpublished("embed")  # the orchestrator observes at once
+    first = board.observe("embed", LADDER, sel, obtainable={"h100": True})
+    assert first is not None and first["rungs"][0]["served_1m"] == 1
+    assert not board.unpublished("embed")
+    clock[0] = 1000.4
+    board.call_finished("embed", LADDER, "h100", [])  # later answers: at most every 1 s
+    assert not board.unpublished("embed")
+    assert board.observe("embed", LADDER, sel, obtainable={"h100": True}) is None
+
+
 def test_a_call_counts_its_failed_attempts_and_how_it_ended() -> None:
     board = LadderBoard("task", publish=lambda key, entry: None)
     board.call_finished("k", LADDER, "a100", [Attempt("h100", "rung went down", 1.0,

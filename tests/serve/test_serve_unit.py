@@ -526,6 +526,15 @@ def test_why_a_rung_is_unobtainable():
     state.mark_down("a100", "ActorDiedError: gone", now=0)
     assert state.why_unobtainable("a100", 0.5) == "marked down: ActorDiedError: gone"
     assert state.lost == ["a100"]
+    # The same, as data: the app's status entry carries each cause with its reason.
+    from ray_ladder.serve.metrics import LadderMetrics
+
+    metrics, entries = LadderMetrics(state.ladder, enabled=False, app="web"), []
+    metrics.board._publish = lambda key, entry: entries.append(entry)
+    metrics.observed(state, now=0.5)
+    whys = {r["name"]: r["why"] for r in entries[-1]["rungs"]}
+    assert whys["a100"] == {"cause": "down", "reason": "marked down: ActorDiedError: gone"}
+    assert (whys["h100"]["cause"], whys["l4"]["cause"]) == ("starting", "no_node")
 
 
 def test_a_rung_that_keeps_failing_stays_down_longer_each_time():

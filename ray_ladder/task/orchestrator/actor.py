@@ -132,6 +132,8 @@ class LadderOrchestrator:
         finally:
             self._record(call)
             self._board.call_finished(task.key, task.ladder, call.rung, call.attempts)
+            if self._board.unpublished(task.key):  # its first answer: `status` lists it now
+                self._observe(task)
 
     def _record(self, call: Call) -> None:
         info = self._info
@@ -197,8 +199,18 @@ class LadderOrchestrator:
             for task in list(self.tasks.values()):
                 try:
                     task.tick()
-                    self._board.observe(task.key, task.ladder, task.selector,
-                                        obtainable=task.obtainable, extra={"source": task.name},
-                                        replicas={n: len(x.batches) for n, x in task.lanes.items()})
                 except Exception:
                     logger.exception("ladder task %s: tick failed", task.name)
+                    continue
+                self._observe(task)
+
+    def _observe(self, task: TaskState) -> None:
+        """Publish ``task``'s status entry (when due), gauges and replica-hours; a failure
+        here fails no call and no tick."""
+        try:
+            self._board.observe(task.key, task.ladder, task.selector,
+                                obtainable=task.obtainable, why=task.why_unobtainable(),
+                                extra={"source": task.name},
+                                replicas={n: len(x.batches) for n, x in task.lanes.items()})
+        except Exception:
+            logger.exception("ladder task %s: status entry not published", task.name)

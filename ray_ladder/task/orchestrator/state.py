@@ -20,6 +20,7 @@ from ray_ladder.core.exceptions import (
     BudgetExhaustedError,
     LadderExhaustedError,
 )
+from ray_ladder.core.placement import RungWhy, rung_why
 from ray_ladder.core.selector import Selector
 from ray_ladder.task.options import TaskSpec, attempt_options, effective_ladder
 from ray_ladder.task.orchestrator.calls import Call
@@ -122,6 +123,17 @@ class TaskState:
                            for n, ok in snap.obtainable.items()}
         self.selector.observe(self.obtainable, now=time.time(), why=snap.held,
                               going=snap.going_away)
+
+    def why_unobtainable(self) -> dict[str, RungWhy]:
+        """Rung -> why it is unobtainable for this task, where known (``ray-ladder
+        status``): the capacity view's reason, else a pending timeout's congestion."""
+        snap = self.snapshot
+        out = snap.why_unobtainable() if snap is not None else {}
+        for rung in self.congested:
+            if not self.obtainable.get(rung, True) and rung not in out:
+                out[rung] = rung_why("busy", "an attempt waited past its pending timeout; "
+                                             "it counts again once a node has room")
+        return out
 
     def wanted_units(self) -> dict[str, int]:
         """What the task wants of each rung now: its attempts and queued calls there, and
