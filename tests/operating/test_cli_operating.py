@@ -20,6 +20,7 @@ from ray_ladder.cli.dashboards import PANELS, RULES, alert_rules, expressions, g
 from ray_ladder.cli.events_cmd import event_line, parse_duration
 from ray_ladder.cli.status_cmd import EXIT_NO_CLUSTER
 from ray_ladder.cli.timeline_cmd import draw, lines
+from ray_ladder.cluster.discovery import CONNECT_TIMEOUT_S
 from ray_ladder.cluster.metrics import METRICS, SPECS
 from ray_ladder.testing import free_port
 
@@ -33,16 +34,27 @@ def run_cli(*args: str, timeout: float = 30) -> tuple[subprocess.CompletedProces
     return proc, time.monotonic() - started
 
 
+@pytest.fixture(scope="module")
+def start_s() -> float:
+    """What starting the CLI with Ray's GCS client costs on this machine now (a busy
+    machine takes seconds to import them): the deadlines below are on top of it."""
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import ray_ladder.cli.status_cmd, ray._raylet"],
+                   check=True, timeout=120)
+    return time.monotonic() - started
+
+
 @pytest.mark.parametrize("command", ["status", "events", "timeline"])
-def test_no_cluster_at_the_address_is_a_clear_message_and_exit_3(command: str) -> None:
+def test_no_cluster_at_the_address_is_a_clear_message_and_exit_3(command: str,
+                                                                  start_s: float) -> None:
     address = f"127.0.0.1:{free_port()}"  # nothing listens there
-    proc, took = run_cli(command, "--address", address)
+    proc, took = run_cli(command, "--address", address, timeout=60)
     assert proc.returncode == EXIT_NO_CLUSTER == 3, proc.stderr
     assert f"nothing answers at {address}" in proc.stderr
-    assert took < 10
+    assert took < start_s + 5, (took, start_s)  # a refused port: no wait at all
 
 
-def test_a_port_that_is_not_a_ray_gcs_fails_within_10_s() -> None:
+def test_a_port_that_is_not_a_ray_gcs_fails_within_its_deadline(start_s: float) -> None:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(16)
@@ -61,7 +73,7 @@ def test_a_port_that_is_not_a_ray_gcs_fails_within_10_s() -> None:
     thread.start()
     try:
         address = f"127.0.0.1:{server.getsockname()[1]}"
-        proc, took = run_cli("status", "--json", "--address", address, timeout=20)
+        proc, took = run_cli("status", "--json", "--address", address, timeout=60)
     finally:
         stop.set()
         thread.join()
@@ -70,7 +82,9 @@ def test_a_port_that_is_not_a_ray_gcs_fails_within_10_s() -> None:
         server.close()
     assert proc.returncode == EXIT_NO_CLUSTER, proc.stderr
     assert f"no Ray GCS at {address}" in proc.stderr and proc.stdout == ""
-    assert took < 10, took
+    # The CLI waits CONNECT_TIMEOUT_S (6 s) for a GCS answer; 10 s in all on a quiet
+    # machine, where starting it costs about 2 s.
+    assert took < start_s + CONNECT_TIMEOUT_S + 2, (took, start_s)
 
 
 def test_durations() -> None:
