@@ -171,7 +171,7 @@ def test_real_traces_side_by_side(gpu_ladder, traces_dir: Path) -> None:
 
 
 def test_the_comparison_table_in_the_docs(gpu_ladder, traces_dir: Path) -> None:
-    """docs/simulate.md's first comparison table, to four places (update both together)."""
+    """docs/simulate-peers.md's first comparison table, to four places (update both together)."""
     t = traces_dir / "aws-10-26-2022_us-west-2a"
     r = simulate(gpu_ladder, {"h100": f"{t}_v100_8.json", "a100": f"{t}_k80_8.json",
                               "l4": f"{t}_v100_1.json"},
