@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ray.tune import Callback
 
+from ray_ladder.tune.quiet import NodeLossLog
 from ray_ladder.tune.trainable import RESULT_KEY
 
 if TYPE_CHECKING:
@@ -30,6 +31,9 @@ class LadderCallback(Callback):
     :func:`ray_ladder.tune.rung_history`.
 
     Get it from :attr:`LadderScheduler.callback` (it reads that scheduler's state).
+    While the run lasts, Tune's ERROR with a traceback for a trial that lost its node (a
+    preemption the ladder recovers from) becomes one INFO line
+    (:class:`~ray_ladder.tune.quiet.NodeLossLog`); other failures are logged as Tune does.
 
     Args:
         scheduler: The :class:`LadderScheduler` of the same run.
@@ -40,6 +44,12 @@ class LadderCallback(Callback):
 
     def __init__(self, scheduler: RungHistorySource) -> None:
         self.scheduler = scheduler
+        self.node_losses = NodeLossLog()
+
+    def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial,
+                       **info: Any) -> None:
+        """Follow the trial's actor: a failure that is its node's loss is said as such."""
+        self.node_losses.watch(trial)
 
     def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial,
                         result: dict, **info: Any) -> None:
@@ -66,6 +76,7 @@ class LadderCallback(Callback):
 
     def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
         """The run is over: with_ladder trainables no longer see an active scheduler."""
+        self.node_losses.close()
         self.scheduler.stop()
 
     def _finalize(self, trial: Trial) -> None:

@@ -201,7 +201,7 @@ class LadderTrainableMixin:
             constraints = None
         name = spec.rung_of(bundles, labels, constraints)
         self._ladder_info = {"rung": name, "node_id": ctx.get_node_id(),
-                             "started_at": time.time()}
+                             "actor_id": ctx.get_actor_id(), "started_at": time.time()}
         with _current_lock:
             _current = RungContext.of(spec.ladder, name) if name else None
             _notice["team_rung"] = (spec.team, name) if spec.team and name else None

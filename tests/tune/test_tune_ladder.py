@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 import sys
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from ray_ladder import Ladder
 from ray_ladder.cluster.capacity import CapacityView
 from ray_ladder.testing import wait_until
 from ray_ladder.tune import Tuner, rung_history, with_ladder
+from ray_ladder.tune.quiet import TUNE_CONTROLLER_LOGGER
 
 pytestmark = pytest.mark.ray
 
@@ -62,6 +64,17 @@ def _wait_rungs(totals: dict[str, int]) -> None:
                60, 0.1, f"rung totals {totals}")
 
 
+class Records(logging.Handler):
+    """Every record Tune's controller logs while a run lasts."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 def _tuner(trainable, tmp_path: Path, stop=None, **config) -> Tuner:
     return Tuner(
         trainable,
@@ -87,6 +100,8 @@ def test_killed_node_resumes_lower_and_climbs_back_at_a_checkpoint(nodes_back, t
               "step_time_s": 0.1, "step_log": str(log.path)}
     fit = ex.FitThread(_tuner(with_ladder(ex.train_digits, LADDER), tmp_path,
                               stop=_stop_when_exists(str(flag)), **config))
+    said = Records()
+    logging.getLogger(TUNE_CONTROLLER_LOGGER).addHandler(said)
     fit.start()
     try:
         log.wait(lambda es: any(e["rung"] == "h100" and e["step"] >= 10 for e in es), 180,
@@ -103,7 +118,12 @@ def test_killed_node_resumes_lower_and_climbs_back_at_a_checkpoint(nodes_back, t
     finally:
         flag.touch()
         result = fit.join_results(300)[0]
+        logging.getLogger(TUNE_CONTROLLER_LOGGER).removeHandler(said)
 
+    # The preemption the ladder recovered from is one INFO line, not Ray's traceback
+    # at ERROR (before: "Trial task failed for trial ..." and the ActorDiedError).
+    assert not [r for r in said.records if r.levelno >= logging.ERROR], said.records
+    assert any("lost its node on rung h100" in r.getMessage() for r in said.records)
     entries = log.read()
     # The killed process may log a step while SIGKILL lands: count h100 steps up to the resume.
     last_top = max(e["step"] for e in entries if e["rung"] == "h100" and e["time"] < low["time"])
