@@ -17,8 +17,9 @@ Prints one JSON object:
                                 *_primary_busy: the same with h100 present and busy, where
                                 Ray's scheduling is bimodal (see fallback(); every round is
                                 printed with its mode and the raylets' CPU)
-  large_result_ratio            40 calls each returning 8 MiB, ladder / plain, median of 4
-                                interleaved rounds' own ratios (goal <= 1.2)
+  large_result_ratio            40 calls each returning 8 MiB, ladder / plain, median of 6
+                                interleaved rounds' own ratios, who goes first
+                                alternating (goal <= 1.2)
   large_arg_ratio               40 calls each taking an 8 MiB argument by value (goal <= 1.2)
   orchestrator_*_mib            the orchestrator's memory (RSS, and RSS less shared pages)
                                 sampled through the large phases
@@ -85,7 +86,7 @@ SPREAD_CPU_S = 0.25
 #: Untimed calls just before each timed fallback round: its leases are taken first.
 N_NATIVE_WARM = 100
 N_NATIVE = 600
-LARGE_ROUNDS = 4
+LARGE_ROUNDS = 6
 PENDING_TIMEOUT_S = 1.0
 RERUN_S = 3.0
 N_LARGE = 40
@@ -318,9 +319,11 @@ def large() -> dict[str, object]:
     times: dict[str, list[float]] = {name: [] for name in runs}
     with PeakMemory(status["pid"]) as mem:
         base_rss, base_private = mem.rss, mem.private
-        for _ in range(LARGE_ROUNDS):
-            for name, run in runs.items():
-                times[name].append(timed(*run))
+        for i in range(LARGE_ROUNDS):  # who goes first in a pair alternates by round
+            order = list(runs) if i % 2 == 0 else ["ladder_result", "plain_result",
+                                                   "ladder_arg", "plain_arg"]
+            for name in order:
+                times[name].append(timed(*runs[name]))
     return {
         "large_calls": N_LARGE, "large_mib_each": LARGE_FLOATS * 8 // MiB,
         "large_result_ratio": paired(times["ladder_result"], times["plain_result"]),

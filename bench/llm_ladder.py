@@ -6,7 +6,7 @@ streaming app (``/plain``: a pass-through ingress in front of a deployment of th
 model class on the same h100 node). Both answer ``POST .../v1/chat/completions`` with the
 same SSE chunks.
 
-1. Overhead: rounds of concurrent unpaced streams, ladder and plain back to back; p50 time
+1. Overhead: rounds of concurrent unpaced streams, ladder and plain side by side; p50 time
    to first token and tokens/s per stream. ``ttft_ratio`` (goal <= 1.10) and
    ``stream_tokens_per_s_ratio`` (goal >= 0.9) are ladder / plain: the median of the
    rounds' own ratios (``tokens_per_s_ratio_per_round``), since the core's speed drifts
@@ -132,8 +132,15 @@ def stream(url: str, max_tokens: int, out: dict[str, Any]) -> None:
 
 
 def run_streams(url: str, n: int, max_tokens: int) -> list[dict[str, Any]]:
-    results: list[dict[str, Any]] = [{} for _ in range(n)]
-    threads = [threading.Thread(target=stream, args=(url, max_tokens, r)) for r in results]
+    return run_paired({"": url}, n, max_tokens)[""]
+
+
+def run_paired(urls: dict[str, str], n: int, max_tokens: int) -> dict[str, list[dict[str, Any]]]:
+    """``n`` streams to each url, all at once, their starts interleaved across the urls
+    (so every side sees the same machine at the same moment)."""
+    results = {name: [{} for _ in range(n)] for name in urls}
+    threads = [threading.Thread(target=stream, args=(urls[name], max_tokens, results[name][i]))
+               for i in range(n) for name in urls]
     for t in threads:
         t.start()
     for t in threads:
@@ -141,26 +148,32 @@ def run_streams(url: str, n: int, max_tokens: int) -> list[dict[str, Any]]:
     return results
 
 
+def _firsts_and_rates(name: str, runs: list[dict[str, Any]],
+                      tokens: int) -> tuple[list[float], list[float]]:
+    firsts, rates = [], []
+    for r in runs:
+        pieces = r["pieces"]
+        if r["error"] or len(pieces) != tokens:
+            raise SystemExit(f"{name} stream failed: {r['error']} ({len(pieces)} pieces)")
+        firsts.append(pieces[0][0] - r["started"])
+        rates.append((len(pieces) - 1) / max(1e-6, pieces[-1][0] - pieces[0][0]))
+    return firsts, rates
+
+
 def overhead(base: str, rounds: int, n: int, tokens: int) -> dict[str, Any]:
-    """Rounds of ``n`` streams per side, ladder and plain back to back (who goes first
-    alternates). The ratios are the median of each round's own ratio: this machine's core
-    speed drifts 2x within a minute, so only a round's two sides saw the same machine."""
+    """Rounds of ``n`` streams per side, the ladder's and plain Serve's at the same time,
+    their starts interleaved (who starts first alternates by round). A round's ratio is
+    ladder / plain of its medians; the figures are the median of the rounds' ratios and
+    their spread: this machine's core speed drifts 2x within a minute, so only streams
+    that ran side by side saw the same machine."""
     ttft: dict[str, list[float]] = {"ladder": [], "plain": []}
     rate: dict[str, list[float]] = {"ladder": [], "plain": []}
     per_round: list[tuple[float, float]] = []
     for i in range(rounds):
         sides = ("ladder", "plain") if i % 2 == 0 else ("plain", "ladder")
-        seen: dict[str, tuple[list[float], list[float]]] = {}
-        for name in sides:
-            firsts, rates = [], []
-            for r in run_streams(f"{base}/{name}", n, tokens):
-                pieces = r["pieces"]
-                if r["error"] or len(pieces) != tokens:
-                    raise SystemExit(f"{name} stream failed: {r['error']} "
-                                     f"({len(pieces)} pieces)")
-                firsts.append(pieces[0][0] - r["started"])
-                rates.append((len(pieces) - 1) / max(1e-6, pieces[-1][0] - pieces[0][0]))
-            seen[name] = (firsts, rates)
+        runs = run_paired({name: f"{base}/{name}" for name in sides}, n, tokens)
+        seen = {name: _firsts_and_rates(name, runs[name], tokens) for name in sides}
+        for name, (firsts, rates) in seen.items():
             ttft[name] += firsts
             rate[name] += rates
         med = {k: (statistics.median(v[0]), statistics.median(v[1])) for k, v in seen.items()}
@@ -214,7 +227,7 @@ def fall(cluster: LocalCluster, base: str, n: int, tokens: int) -> dict[str, Any
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=24)
     parser.add_argument("--streams", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=200)
     parser.add_argument("--fall-streams", type=int, default=10)
