@@ -37,17 +37,17 @@ class Stepper:
 
 def main() -> None:
     ray.init()  # in a job, RAY_ADDRESS names the cluster it runs on
-    place = lj.job_place()
+    place = lj.job_place()  # None outside a run; .run .attempt .rung .cluster .storage
     # Outside a run (plain `ray job submit`), PLACEMENT (JSON) says where the work goes.
     placement = place.placement if place else json.loads(os.environ.get("PLACEMENT", "{}"))
-    ckpt = lj.get_checkpoint()
+    ckpt = lj.get_checkpoint()  # the run's last committed one (downloaded), or None
     step = 0
     if ckpt is not None:
         with open(os.path.join(ckpt.path, "state.json")) as f:
             step = json.load(f)["step"]
     where = f"attempt={place.attempt} rung={place.rung}" if place else "outside a run"
     print(f"start {where} step={step}", flush=True)
-    worker = Stepper.options(**placement).remote()
+    worker = Stepper.options(**placement).remote()  # the rung's resources / num_gpus ...
     while step < TOTAL:
         step = ray.get(worker.step.remote(step))
         print(f"step {step}", flush=True)
@@ -55,7 +55,7 @@ def main() -> None:
             state = tempfile.mkdtemp()
             with open(os.path.join(state, "state.json"), "w") as f:
                 json.dump({"step": step}, f)
-            lj.report({"step": step}, checkpoint=state)
+            lj.report({"step": step}, checkpoint=state)  # a local dir or a ray.train.Checkpoint
     print(f"done at step {step}", flush=True)
 
 

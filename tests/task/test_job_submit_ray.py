@@ -4,8 +4,8 @@ API (working_dir + py_modules) to a local cluster answers from the rung that can
 from __future__ import annotations
 
 import shlex
+import shutil
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -17,28 +17,9 @@ from ray_ladder.testing import wait_until
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
 SLOW = 300  # a job starts a supervisor, uploads two packages and a driver: generous
-LADDER = """\
-name: job-ladder
-policy: {probe_interval_s: 0.25}
-rungs:
-  - {name: h100, resources: {ladder/h100: 1}, params: {model: big}}
-  - {name: a100, resources: {ladder/a100: 1}, params: {model: medium}}
-  - {name: cpu, num_cpus: 0.1, params: {model: tiny}}
-"""
-DRIVER = '''\
-"""A batch driver as a user submits it: `ray job submit --working-dir . -- python driver.py`."""
-import ray
-from ray_ladder import last_rung, ladder_task
-
-ray.init()  # inside a job RAY_ADDRESS is set: this joins the cluster the job runs on
-
-@ladder_task("ladder.yaml")  # read from the working_dir, the job's current directory
-def embed(text, *, rung):
-    return f"{rung.params['model']}:{text}"
-
-refs = [embed.remote(t) for t in ("a", "b")]
-print("answers", ray.get(refs), "rungs", [last_rung(r) for r in refs], flush=True)
-'''
+# docs/jobs.md's project directory, as the page shows it (tests/test_docs_snippets.py holds
+# the page's driver block to this driver.py, character for character).
+MY_BATCH = Path(__file__).resolve().parents[2] / "examples" / "my-batch"
 
 
 @pytest.fixture(scope="module")
@@ -61,15 +42,15 @@ def test_a_ladder_task_driver_submitted_as_a_job_answers_from_the_a100_rung(
         cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from ray.job_submission import JobStatus, JobSubmissionClient
 
-    (tmp_path / "ladder.yaml").write_text(LADDER)
-    (tmp_path / "driver.py").write_text(textwrap.dedent(DRIVER))
+    work = tmp_path / "my-batch"
+    shutil.copytree(MY_BATCH, work, ignore=shutil.ignore_patterns("__pycache__"))
     url = cluster._cluster.head_node.address_info["webui_url"]  # the dashboard's host:port
     url = url if "://" in url else f"http://{url}"
     # As a user points `ray job submit` at a cluster (RAY_ADDRESS overrides the client's
     # address argument; the other cluster pinned it to its own GCS).
     monkeypatch.setenv("RAY_ADDRESS", url)
     client = JobSubmissionClient(url)
-    runtime_env = {"working_dir": str(tmp_path),
+    runtime_env = {"working_dir": str(work),
                    # The package travels with the job, as on a cluster without it.
                    "py_modules": [str(Path(ray_ladder.__file__).parent)]}
     done = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
