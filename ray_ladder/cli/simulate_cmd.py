@@ -12,15 +12,19 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
+from ray_ladder.cli.simulate_sections import loss_lines, request_lines
 from ray_ladder.core.spec import load_ladder
 from ray_ladder.simulate.api import simulate as run_simulation
 from ray_ladder.simulate.baselines import ALL, POLICIES
 from ray_ladder.simulate.report import PolicyReport, SimulationReport
 from ray_ladder.simulate.specs import SPEC_FORMS, parse_duration, parse_trace_arg
+from ray_ladder.simulate.zones import ZONE_SEP
 
 _TRACE_HELP = (
     "RUNG=SPEC, repeatable. SPEC: " + " | ".join(SPEC_FORMS)
-    + ". Durations take s, m, h, d or w. Rungs without a trace are always obtainable."
+    + ". Durations take s, m, h, d or w. Rungs without a trace are always obtainable. "
+    "RUNG/ZONE=SPEC, once per zone: a rung offered in several zones, obtainable while any "
+    "zone is (Karpenter launches and caches per zone)."
 )
 _COMPARE_HELP = (
     "Policies to replay side by side, repeatable: all | NAME[,NAME...] | "
@@ -89,14 +93,23 @@ def rung_table(report: SimulationReport) -> Table:
     for col in cols:
         table.add_column(col, no_wrap=col != "trace", overflow="fold")
     for r in report.rungs:
-        source = str(r["trace"])
-        if "/" in source or "\\" in source:
-            source = Path(source).name  # the folder is on the command line already
+        source = " | ".join(_short_source(part) for part in str(r["trace"]).split(" | "))
         need = [str(r.get("need", 1))] if gangs else []
         table.add_row(r["name"], r["kind"], source, *need, _pct(r["obtainable_fraction"]),
                       "yes" if r["warm"] else "no", f"{r['quality']:g}",
                       f"{r['cost_per_hour']:g}")
     return table
+
+
+def _short_source(part: str) -> str:
+    """A trace source without its folder (on the command line already); a zone's source
+    (``us-west-2a=/t/x.json``) keeps its zone."""
+    if "/" not in part and "\\" not in part:
+        return part
+    zone, sep, path = part.partition("=")
+    if sep and "/" not in zone and "\\" not in zone:
+        return f"{zone}={Path(path).name}"
+    return Path(part).name
 
 
 def _comparison_rows(report: SimulationReport) -> tuple[list[str], list[list[str]]]:
@@ -222,14 +235,25 @@ def _ints(text: str) -> list[int]:
         raise ValueError(f"--hysteresis {text!r}: expected integers like 1,2,3,5,10") from None
 
 
-def _trace_specs(trace_args: tuple[str, ...]) -> dict[str, str]:
-    """Rung -> trace spec from the ``--trace RUNG=SPEC`` options (one trace a rung)."""
-    specs: dict[str, str] = {}
+def _trace_specs(trace_args: tuple[str, ...]) -> dict[str, str | dict[str, str]]:
+    """Rung -> trace spec from the ``--trace RUNG=SPEC`` options (one trace a rung), or
+    zone -> spec from ``--trace RUNG/ZONE=SPEC`` (one a zone)."""
+    specs: dict[str, str | dict[str, str]] = {}
     for arg in trace_args:
-        rung, spec = parse_trace_arg(arg)
-        if rung in specs:
-            raise ValueError(f"--trace {arg!r}: rung {rung!r} has a trace already")
-        specs[rung] = spec
+        key, spec = parse_trace_arg(arg)
+        rung, sep, zone = (part.strip() for part in key.partition(ZONE_SEP))
+        given = specs.get(rung)
+        if isinstance(given, str) or (given is not None and not sep):
+            raise ValueError(f"--trace {arg!r}: rung {rung!r} has a trace already (a rung "
+                             f"in several zones takes RUNG{ZONE_SEP}ZONE=SPEC for each)")
+        if not sep:
+            specs[rung] = spec
+            continue
+        zones = given if given is not None else {}
+        if zone in zones:
+            raise ValueError(f"--trace {arg!r}: zone {zone!r} of {rung!r} has a trace already")
+        zones[zone] = spec
+        specs[rung] = zones
     return specs
 
 
@@ -335,6 +359,8 @@ def _emit(report: SimulationReport, json_out: str | None, plot_out: str | None) 
     for note in report.notes:  # a row above the oracle is never printed in silence
         head = "NOTE: above the oracle" if note.kind == "above_oracle" else "NOTE"
         console.print(f"[bold red]{head}[/]: {escape(note.text)}")
+    for line in [*request_lines(report), *loss_lines(report)]:
+        console.print(escape(line))
     if json_out == "-":
         click.echo(report.to_json())
     elif json_out:

@@ -14,11 +14,14 @@ from ray_ladder.simulate.baselines import Baseline, LadderPolicy, PolicyContext,
 from ray_ladder.simulate.bounds import oracle_notes
 from ray_ladder.simulate.compare import run_comparison
 from ray_ladder.simulate.figures import serving_rungs
+from ray_ladder.simulate.loss import Loss
+from ray_ladder.simulate.losses import where_ladder_loses
 from ray_ladder.simulate.reference import build_reference
 from ray_ladder.simulate.replay import Replay, replay, resolve_hysteresis
-from ray_ladder.simulate.report import Note, SimulationReport, summarise
+from ray_ladder.simulate.report import Note, PolicyReport, SimulationReport, summarise
 from ray_ladder.simulate.specs import resolve_traces, split_need
 from ray_ladder.simulate.traces import Trace, tick_index
+from ray_ladder.simulate.zones import ZONE_SEP, RungTraces, flatten_zones, group_zones
 
 DEFAULT_TICK_S = 60.0
 """Tick used when no trace has a natural gap (e.g. only ``always`` traces)."""
@@ -107,7 +110,7 @@ def applied_needs(traces: Mapping[str, Trace],
 
 def simulate(
     ladder: Ladder | str | Path,
-    traces: Mapping[str, Trace | str | Path],
+    traces: Mapping[str, RungTraces],
     *,
     hysteresis: int | Iterable[int] | None = None,
     tick_s: float | None = None,
@@ -132,7 +135,11 @@ def simulate(
     Args:
         ladder: A :class:`~ray_ladder.Ladder` or a path to its file.
         traces: Rung name -> :class:`Trace`, file path, or spec string (``always``,
-            ``never``, ``markov:up=1h,down=10m,seed=1``, ``outage:100-400``).
+            ``never``, ``markov:up=1h,down=10m,seed=1``, ``outage:100-400``); or a
+            mapping zone -> one of those, for a rung offered in several zones
+            (``{"h100": {"us-west-2a": "a.json", "us-west-2b": "b.json"}}``): every
+            policy sees the rung obtainable while any zone is, and Karpenter launches
+            and caches per zone (:mod:`ray_ladder.simulate.zones`).
         hysteresis: One value or several to compare, in ticks (default: the ladder's
             ``promotion_hysteresis x probe_interval_s`` seconds, in ticks of the replay
             rounded up, at least 1; the report gives the seconds).
@@ -172,8 +179,8 @@ def simulate(
     _check_delays(bool(compared) and hysteresis is None, promotion_delay_s, demotion_delay_s)
     hs = _hysteresis_list(hysteresis, ladder, comparing=bool(compared))
     need_by_rung = needs(ladder, need)
-    resolved, ordered, timeline, tick_s = _timeline(ladder, traces, duration_s, tick_s,
-                                                   need_by_rung)
+    resolved, ordered, timeline, tick_s, zt = _timeline(ladder, traces, duration_s, tick_s,
+                                                       need_by_rung)  # zt: the zones
     warm_list = _warm_list(ladder, warm)
 
     oracle_rep = replay(ladder, timeline, hysteresis=1, constraints=constraints)
@@ -193,7 +200,7 @@ def simulate(
                           obtainable_ticks=obtainable, flap_window_s=window)
                 for rep in _sweep(ladder, timeline, hs, oracle_rep, promotion_delay_s,
                                   demotion_delay_s, warm_list, constraints)]
-    ctx = PolicyContext.build(ladder, timeline, warm=warm_list, constraints=constraints)
+    ctx = PolicyContext.build(ladder, timeline, warm=warm_list, constraints=constraints, zones=zt)
     compared, skipped = _runnable(compared, ctx)  # a Serve-only system on a gang: no row
     comparison = run_comparison(
         ctx, compared, quality=quality, cost_per_hour=cost, serves=serves, reference=ref,
@@ -202,15 +209,24 @@ def simulate(
     ) if compared else []
     notes = skipped + oracle_notes(oracle, [*((p, None) for p in policies), *(
         (p, b.beyond_the_oracle(ctx)) for p, b in zip(comparison, compared, strict=True))])
+    rungs = _rung_rows(ladder, names, timeline, ordered, warm_list, need_by_rung, obtainable)
     return SimulationReport(
-        ladder=ladder.name, rungs=_rung_rows(ladder, names, timeline, ordered, warm_list,
-                                             applied_needs(ordered, need_by_rung), obtainable),
+        ladder=ladder.name, rungs=rungs, losses=_losses(policies, comparison, compared, rungs),
         ticks=timeline.ticks, tick_s=float(tick_s), duration_s=timeline.ticks * float(tick_s),
         warm=[n for n in names if n in warm_list],
         oracle=oracle, policies=policies, timeline=timeline, traces=resolved,
         comparison=comparison, flap_window_s=window, notes=notes, spread_method=ref.method(),
     )
 
+
+def _losses(sweep: list[PolicyReport], comparison: list[PolicyReport],
+            compared: list[Baseline], rungs: list[dict[str, Any]]) -> list[Loss]:
+    """Where a peer beats the ladder: the compared ladder rows (else the sweep's) against
+    every compared peer."""
+    is_ladder = [isinstance(b, LadderPolicy) for b in compared]
+    ladders = [p for p, lad in zip(comparison, is_ladder, strict=True) if lad] or sweep
+    peers = [p for p, lad in zip(comparison, is_ladder, strict=True) if not lad]
+    return where_ladder_loses(ladders, peers, rungs)
 
 
 def _runnable(compared: list[Baseline], ctx: PolicyContext) -> tuple[list[Baseline], list[Note]]:
@@ -274,25 +290,47 @@ def _check_delays(sweep_skipped: bool, promotion_delay_s: float,
             "ray-native:start=341...) or add hysteresis (--hysteresis) to sweep as well")
 
 
-def _timeline(ladder: Ladder, traces: Mapping[str, Trace | str | Path],
+def _timeline(ladder: Ladder, traces: Mapping[str, RungTraces],
               duration_s: float | None, tick_s: float | None, need_by_rung: dict[str, int],
-              ) -> tuple[dict[str, Trace], dict[str, Trace], Timeline, float]:
+              ) -> tuple[dict[str, Trace], dict[str, Trace], Timeline, float, Timeline | None]:
     """Resolve the traces and align them on one tick: (resolved, in ladder order,
-    timeline, tick seconds)."""
-    resolved, horizon = resolve_traces(traces, duration_s, need=need_by_rung)
+    timeline, tick seconds, the zoned rungs' zones aligned on the same ticks or None).
+
+    A rung given several zones is one column of the timeline, obtainable while any zone
+    is (:func:`~ray_ladder.simulate.zones.union_trace`); each zone's ``@K`` is cut first.
+    """
+    flat, zones = flatten_zones(traces)
+    zone_need = {k: need_by_rung[k.split(ZONE_SEP, 1)[0]] for k in flat
+                 if ZONE_SEP in k and k.split(ZONE_SEP, 1)[0] in need_by_rung}
+    resolved_flat, horizon = resolve_traces(flat, duration_s, need={**need_by_rung, **zone_need})
     if horizon is None:
         raise ValueError("nothing bounds the replay: give duration_s (--duration) when "
                          "every trace is generated")
-    for name, trace in resolved.items():
+    for name, trace in resolved_flat.items():
         if trace.duration_s is not None and trace.duration_s < horizon:
             raise ValueError(f"trace for {name!r} ({trace.source}) covers "
                              f"{trace.duration_s:g} s, less than the {horizon:g} s to replay")
+    _same_need(resolved_flat, zones)
     if tick_s is None:
-        gaps = [t.resolution_s for t in resolved.values() if t.resolution_s is not None]
+        gaps = [t.resolution_s for t in resolved_flat.values() if t.resolution_s is not None]
         tick_s = min(gaps) if gaps else DEFAULT_TICK_S
     ticks = max(1, tick_index(horizon, tick_s))
+    resolved, by_zone = group_zones(resolved_flat, zones)
     ordered = {n: resolved[n] for n in ladder.names if n in resolved}
-    return resolved, ordered, align(ordered, tick_s=tick_s, ticks=ticks), tick_s
+    zone_tl = None if not by_zone else align(
+        {f"{r}{ZONE_SEP}{z}": t for r in ordered if r in by_zone for z, t in by_zone[r].items()},
+        tick_s=tick_s, ticks=ticks)
+    return resolved, ordered, align(ordered, tick_s=tick_s, ticks=ticks), tick_s, zone_tl
+
+
+def _same_need(flat: Mapping[str, Trace], zones: Mapping[str, list[str]]) -> None:
+    """Refuse a zoned rung whose zones were cut at different ``@K``: a rung needs one
+    number of instances at once, in whichever zone it runs."""
+    for rung, names in zones.items():
+        ks = {split_need(flat[f"{rung}{ZONE_SEP}{z}"].source)[1] or 1 for z in names}
+        if len(ks) > 1:
+            raise ValueError(f"rung {rung!r}: its zones need different counts "
+                             f"(@{', @'.join(map(str, sorted(ks)))}); give every zone the same @K")
 
 
 def _flap_window(ladder: Ladder, compared: list[Baseline], hs: list[int | None],
@@ -322,7 +360,9 @@ def _rung_rows(ladder: Ladder, names: list[str], timeline: Timeline,
                ordered: Mapping[str, Trace], warm_list: list[str],
                need_by_rung: Mapping[str, int], obtainable: list[int],
                ) -> list[dict[str, Any]]:
-    """The report's table of rungs, one row each in replay order."""
+    """The report's table of rungs, one row each in replay order (``need_by_rung``: as
+    asked; each row's ``need`` is as its trace was cut, :func:`applied_needs`)."""
+    need_by_rung = applied_needs(ordered, need_by_rung)
     rows: list[dict[str, Any]] = []
     for name, count in zip(names, obtainable, strict=True):
         rung = ladder.rung(name)

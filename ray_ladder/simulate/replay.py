@@ -36,7 +36,9 @@ class Replay:
     ``hysteresis_asked_s`` is the hysteresis asked in seconds when it came from the
     ladder (``promotion_hysteresis x probe_interval_s``, see :func:`hysteresis_ticks`),
     ``None`` when it was given in ticks. ``lost`` lists the times (ticks) the policy lost
-    the rung it served, where flaps count a fall.
+    the rung it served, where flaps count a fall. ``requests``: figures of the requests
+    themselves where a policy's model has them (LiteLLM's tries of dead deployments),
+    else ``None``.
     """
 
     names: list[str]
@@ -58,6 +60,7 @@ class Replay:
     fall_delay_s: float = 0.0
     hysteresis_asked_s: float | None = None
     lost: list[float] = field(default_factory=list)
+    requests: dict[str, Any] | None = None
 
     def served_per_tick(self) -> list[str | None]:
         """The rung serving at each tick once its observation is handled (``None``: none).

@@ -15,6 +15,7 @@ from ray_ladder.simulate.figures import (
     start_and_standby_bills,
     time_per_rung,
 )
+from ray_ladder.simulate.loss import Loss
 from ray_ladder.simulate.reference import Reference
 from ray_ladder.simulate.replay import Replay
 from ray_ladder.simulate.spread import Interval, against
@@ -87,7 +88,9 @@ class PolicyReport:
         spread: ``served_fraction``, ``cost_per_served_hour`` and ``regret`` -> their
             90 % block-bootstrap interval over days ``(low, high)``, ``None`` where the
             figure is undefined (:mod:`ray_ladder.simulate.spread`).
-        replay: The raw replay (change points), for plots; not in :meth:`to_dict`.
+        replay: The raw replay (change points), for plots; not in :meth:`to_dict`,
+            but its ``requests`` are (:attr:`requests`: LiteLLM's tries of dead
+            deployments, ``None`` for the others).
 
     Example:
         >>> report.policies[0].rung_fraction  # doctest: +SKIP
@@ -135,6 +138,11 @@ class PolicyReport:
     replay: Replay = field(repr=False, compare=False)
 
     @property
+    def requests(self) -> dict[str, Any] | None:
+        """The replay's request figures (``Replay.requests``), where its model has them."""
+        return self.replay.requests
+
+    @property
     def label(self) -> str:
         """``policy``, with the hysteresis for the ladder's sweep: ``"ladder h=2"``."""
         if self.policy == "ladder" and self.hysteresis is not None and not self.params:
@@ -156,6 +164,7 @@ class PolicyReport:
         out = {k: v for k, v in self.__dict__.items() if k != "replay"}
         out["cost_vs_top"] = self.cost_vs_top
         out["cost_vs_oracle"] = self.cost_vs_oracle
+        out["requests"] = self.requests
         return out
 
 
@@ -207,6 +216,9 @@ class SimulationReport:
         flap_window_s: The window every report counts flaps in.
         spread_method: How the policies' ``spread`` intervals were drawn (blocks, their
             length, resamples, seed, level).
+        losses: Each figure on which a peer beats a ladder row, with both values and
+            why (:func:`~ray_ladder.simulate.losses.where_ladder_loses`); empty when the
+            ladder loses on none.
         notes: Loud notes, one :class:`Note` each (a JSON object in :meth:`to_dict`):
             ``"above_oracle"`` for each policy whose figures beat the oracle's, and why
             (:func:`~ray_ladder.simulate.bounds.oracle_notes`); ``"cannot_run"`` for each
@@ -234,6 +246,7 @@ class SimulationReport:
     flap_window_s: float = 0.0
     notes: list[Note] = field(default_factory=list)
     spread_method: dict[str, Any] = field(default_factory=dict)
+    losses: list[Loss] = field(default_factory=list)
 
     def compared(self, label: str) -> PolicyReport:
         """The compared policy with this label (``"karpenter"``, ``"ladder"``, ...).
@@ -271,6 +284,7 @@ class SimulationReport:
             "policies": [p.to_dict() for p in self.policies],
             "comparison": [p.to_dict() for p in self.comparison],
             "notes": [n.to_dict() for n in self.notes],
+            "losses": [x.to_dict() for x in self.losses],
         }
 
     def to_json(self, indent: int | None = 2) -> str:

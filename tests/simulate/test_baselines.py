@@ -217,7 +217,7 @@ def test_litellm_retries_at_once_and_comes_back_at_a_cooldown_boundary() -> None
 
 def test_litellm_bills_every_deployment_as_standby() -> None:
     traces: dict[str, Trace | str] = {H: bits(1, 1, 1, 1, 1, 0, 0, 0, 0, 0)}
-    p = run(ladder(H, A), traces, LiteLLM(cooldown_s=5, start_s=0, fail_s=0))
+    p = run(ladder(H, A), traces, LiteLLM(cooldown_s=5, start_s=0, fail_s=0, num_retries=0))
     # h100 serves 500 s (36/h: 5.0), a100 500 s (18/h: 2.5); a100 idles running for
     # the other 500 s (standby 2.5). Per served hour: (7.5 + 2.5) / (1000 / 3600).
     assert p.cost == pytest.approx(7.5)

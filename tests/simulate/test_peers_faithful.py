@@ -125,9 +125,13 @@ def test_litellm_pays_the_failed_try_on_the_dead_deployment() -> None:
     traces: dict[str, Trace | str] = {H: bits(1, 1, 0, 1, 1, 1), A: "always"}
     lad = Ladder.from_dict({"name": "l", "rungs": [
         {"name": H, "num_cpus": 1}, {"name": A, "num_cpus": 1, "quality": 0.8}]})
-    p = run(lad, traces, LiteLLM(start_s=0, fail_s=50))
+    p = run(lad, traces, LiteLLM(start_s=0, fail_s=50, num_retries=0))
     assert p.replay.served == [(0.0, 0), (2.0, -1), (2.5, 1), (3.0, 0)]
     assert p.unserved_fraction == 50 / 600
+    # With the Router's default 2 retries the first request tries it 3 times, sleeping
+    # 0.5, 1 and 2 s (plus 0.375 s of jitter on average) after the tries: 34.625 s.
+    p = run(lad, traces, LiteLLM(start_s=0, fail_s=10))
+    assert p.replay.served == [(0.0, 0), (2.0, -1), (2.34625, 1), (3.0, 0)]
     old = run(lad, traces, LiteLLM(start_s=0, fail_s=0, cooldown_dead=True, cooldown_s=70))
     assert old.replay.served == [(0.0, 0), (2.0, -1), (2.0, 1), (3.4, 0)]
 

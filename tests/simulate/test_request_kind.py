@@ -68,7 +68,7 @@ def test_a_gpu_pod_falls_to_another_gpu_rung() -> None:
 def test_litellm_and_the_ladder_still_fall_to_the_cpu_deployment() -> None:
     # Separate deployments per rung: the CPU one answers while no GPU one is up.
     traces = {**GPU_DOWN, C: "always"}
-    lite = run(gpu_ladder(), traces, LiteLLM(start_s=0, fail_s=0))
+    lite = run(gpu_ladder(), traces, LiteLLM(start_s=0, fail_s=0, num_retries=0))
     assert lite.replay.served_per_tick() == [H, H, C, C, C, H, H, H]
     lad = run(gpu_ladder(), traces, "ladder:h=1,fall=0,start=0,climb=0")
     assert lad.replay.served_per_tick() == [H, H, C, C, C, H, H, H]

@@ -185,7 +185,7 @@ def test_the_comparison_table_in_the_docs(gpu_ladder, traces_dir: Path) -> None:
         "ray-native": (0.4789, 1), "gke-computeclass": (0.7921, 135),
         "gke-computeclass (when_unsatisfiable=ScaleUpAnyway)": (0.7921, 135),
         "karpenter": (0.7651, 33), "karpenter (consolidation=on)": (0.7145, 75),
-        "litellm": (0.8901, 226), "ladder": (0.8917, 219),  # the oracle
+        "litellm": (0.8867, 226), "ladder": (0.8917, 219),  # the oracle
     }
 
 

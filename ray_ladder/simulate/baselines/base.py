@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
-from ray_ladder.simulate.baselines.context import PolicyContext
+from ray_ladder.simulate.baselines.context import PolicyContext, Segment
 from ray_ladder.simulate.baselines.engine import INF, Engine
 from ray_ladder.simulate.replay import Replay
 
@@ -78,13 +78,16 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
-def drive(ctx: PolicyContext, state: Stepper) -> None:
+def drive(ctx: PolicyContext, state: Stepper,
+          segments_in: Iterable[Segment] | None = None) -> None:
     """Feed a policy the segments in order and fire its timers between them.
 
     Availability changes only at segment starts; inside a segment the policy's own
     timers (starts completing, timeouts, cool-downs) fire in time order.
+    ``segments_in``: finer segments with the same rows (Karpenter's offerings, cut
+    wherever a zone changes); default ``ctx.segments``.
     """
-    segments = iter(ctx.segments)
+    segments = iter(ctx.segments if segments_in is None else segments_in)
     next_event, event = state.next_event, state.event  # bound once: one call per segment
     for k0, k1, ok in segments:  # the first segment
         state.begin(ok)

@@ -27,6 +27,10 @@ class PolicyContext:
         warm: Compute rungs with standby replicas (the ladder's ``standby_replicas``).
         segments: ``(first tick, end tick, obtainable per rung)``.
         constraints: The constraints the eligible rungs came from.
+        zones: The zone traces of the rungs given several zones, aligned on the same
+            ticks (columns ``rung/zone``), or ``None``. A zoned rung's row in
+            ``segments`` is obtainable while any of its zones is; only Karpenter looks
+            at the zones (:class:`~ray_ladder.simulate.baselines.offerings.Offerings`).
 
     Example:
         >>> ctx = PolicyContext.build(ladder, timeline, warm=["l4"])  # doctest: +SKIP
@@ -42,10 +46,12 @@ class PolicyContext:
     warm: tuple[str, ...]
     segments: Segments
     constraints: Constraints | None = None
+    zones: Timeline | None = None
 
     @classmethod
     def build(cls, ladder: Ladder, timeline: Timeline, *, warm: Collection[str] = (),
-              constraints: Constraints | None = None) -> PolicyContext:
+              constraints: Constraints | None = None,
+              zones: Timeline | None = None) -> PolicyContext:
         """Lay the timeline's rows out per eligible rung (untraced rungs always up)."""
         names = tuple(r.name for r in ladder.eligible(constraints))
         compute = tuple(ladder.rung(n).is_compute for n in names)
@@ -60,7 +66,7 @@ class PolicyContext:
             oks.append(ok)
         warm_t = tuple(n for n in names if n in set(warm))
         return cls(ladder, timeline, names, compute, traced, warm_t,
-                   Segments(timeline.starts, timeline.ticks, oks), constraints)
+                   Segments(timeline.starts, timeline.ticks, oks), constraints, zones)
 
     @property
     def tick_s(self) -> float:

@@ -5,8 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ray_ladder.simulate.baselines.base import INF, PlacementRun, SteppedBaseline, Stepper
+from ray_ladder.simulate.baselines.base import (
+    INF,
+    PlacementRun,
+    SteppedBaseline,
+    Stepper,
+    drive,
+)
 from ray_ladder.simulate.baselines.context import PolicyContext
+from ray_ladder.simulate.baselines.offerings import Offerings
+from ray_ladder.simulate.replay import Replay
 
 
 @dataclass(frozen=True)
@@ -69,22 +77,85 @@ class Karpenter(SteppedBaseline):
         """The policy's run-time state over ``ctx``."""
         return _KarpenterRun(self, ctx)
 
+    def run(self, ctx: PolicyContext) -> Replay:
+        """Replay the policy over ``ctx``'s timeline, at offering grain when a rung has
+        zones (a zone can change while its rung stays obtainable)."""
+        state = _KarpenterRun(self, ctx)
+        offers = state.offers
+        drive(ctx, state, None if offers.single else offers.feed(ctx.ticks, state.see))
+        return state.eng.finish(self.name, self.params(), self.warm_rungs(ctx))
+
 
 class _KarpenterRun(PlacementRun):
+    """Karpenter's run over its offerings (:class:`Offerings`: a rung's zones, or the
+    rung itself). ``zrow``: which offerings are obtainable now; ``at``: the offering of
+    the node serving or starting, per rung."""
+
     def __init__(self, policy: Karpenter, ctx: PolicyContext) -> None:
         super().__init__(ctx, policy.start_s)
         self.ttl, self.retry = policy.ice_ttl_s / ctx.tick_s, policy.retry_s / ctx.tick_s
         self.consolidate = policy.consolidation
         self.consolidate_delay = (policy.consolidate_after_s + policy.start_s) / ctx.tick_s
-        self.cached = [-INF] * len(ctx.names)  # tick until which an offering is skipped
+        self.offers = Offerings.of(ctx)
+        self.by_rung = self.offers.by_rung
+        self.cached = [-INF] * len(self.offers.rung)  # tick until which an offering is skipped
         self.cost = [ctx.ladder.rung(n).cost_per_hour for n in ctx.names]
+        self.zrow: tuple[bool, ...] = ()
+        self.at: dict[int, int] = {}  # rung -> offering of its node (serving or starting)
+
+    def see(self, zrow: tuple[bool, ...]) -> None:
+        self.zrow = zrow  # the offering row of the segment about to be fed
+
+    def begin(self, ok: tuple[bool, ...]) -> None:
+        if self.offers.single:
+            self.zrow = ok
+        super().begin(ok)
+        if self.eng.served >= 0 and self.eng.served not in self.at:
+            self.at[self.eng.served] = self._pick(self.eng.served, 0.0, cached_too=True)
+
+    def change(self, t: float, ok: tuple[bool, ...]) -> None:
+        if self.offers.single:
+            self.zrow = ok
+        else:
+            self._follow(t)
+        super().change(t, ok)
+
+    def _follow(self, t: float) -> None:
+        """A node whose zone lost its capacity while another zone of its rung has some:
+        every policy sees the rung as still obtainable, so the pod moves to an offering
+        Karpenter would launch (up, not cached) at no cost; the one it left is cached
+        (an interruption marks its offering). With no such offering it is a loss."""
+        for r in (self.eng.served, self.eng.pending):
+            o = self.at.get(r, -1)
+            if r >= 0 and o >= 0 and not self.zrow[o]:
+                alt = self._pick(r, t)
+                if alt >= 0:
+                    self.cached[o], self.at[r] = t + self.ttl, alt
+
+    def _pick(self, i: int, t: float, *, cached_too: bool = False) -> int:
+        """The first offering of rung ``i`` that is up and not cached (any that is up
+        with ``cached_too``: a node already there), or -1."""
+        for o in self.by_rung[i]:
+            if self.zrow[o] and (cached_too or self.cached[o] <= t):
+                return o
+        return -1
+
+    def _ok(self, ok: tuple[bool, ...], i: int) -> bool:
+        o = self.at.get(i, -1)
+        return self.zrow[o] if o >= 0 else ok[i]
 
     def _on_loss(self, t: float, ok: tuple[bool, ...]) -> None:
         # An interruption marks the serving offering; a launch whose capacity vanished
         # before it served is refused after all.
         for i in (self.eng.served, self.eng.pending):
-            if i >= 0 and not ok[i]:
-                self.cached[i] = t + self.ttl
+            o = self.at.get(i, -1)
+            if i >= 0 and o >= 0 and not self.zrow[o]:
+                self.cached[o] = t + self.ttl
+
+    def _run_on(self, t: float, i: int, delay: float | None = None) -> None:
+        if self.at.get(i, -1) < 0 or not self.zrow[self.at[i]]:
+            self.at[i] = self._pick(i, t, cached_too=True)  # a node that is up (resident)
+        super()._run_on(t, i, delay)
 
     def _waiting(self, t: float, ok: tuple[bool, ...]) -> None:
         if self.eng.pending < 0 and self.timer == INF:
@@ -95,19 +166,24 @@ class _KarpenterRun(PlacementRun):
             self._launch(t, ok)
 
     def _launch(self, t: float, ok: tuple[bool, ...]) -> None:
-        cached = self.cached
-        for i in self.compute:  # by weight: the first offering not cached is tried
-            if cached[i] > t:
+        cached, zrow = self.cached, self.zrow
+        for i in self.compute:  # NodePools by weight: the first with an offering not cached
+            offs = [o for o in self.by_rung[i] if cached[o] <= t]
+            if not offs:
                 continue
-            if ok[i]:
+            up = [o for o in offs if zrow[o]]
+            if up:  # the zones share the rung's price: any zone with capacity
+                self.at[i] = up[0]
                 self._run_on(t, i)
                 return
-            cached[i] = t + self.ttl  # the launch is tried, and refused
+            for o in offs:  # the launch is tried in every zone, and refused in each
+                cached[o] = t + self.ttl
             if self.retry > 0:
                 self.timer = t + self.retry
                 return
         # Every offering is cached (or was just refused): wait for the first to expire.
-        self.timer = min((cached[i] for i in self.compute if cached[i] > t), default=INF)
+        self.timer = min((cached[o] for i in self.compute for o in self.by_rung[i]
+                          if cached[o] > t), default=INF)
 
     def _after(self, t: float, ok: tuple[bool, ...]) -> None:
         eng = self.eng
@@ -116,11 +192,13 @@ class _KarpenterRun(PlacementRun):
         s = eng.served
         # self.compute holds only offerings that can host the pod (ctx.placeable()).
         cheaper = [i for i in self.compute if i != s and self.cost[i] < self.cost[s] and ok[i]]
-        free = [i for i in cheaper if self.cached[i] <= t]
+        free = [i for i in cheaper if self._pick(i, t) >= 0]
         if free:
             b = min(free, key=lambda i: (self.cost[i], i))  # the cheapest replacement
+            self.at[b] = self._pick(b, t)
             eng.aim(t, b)
             eng.switch(t, b, self.consolidate_delay, climb=eng.rank(b) < eng.rank(s))
         elif cheaper:
             # A cheaper offering is up but still cached: look again when it expires.
-            self.timer = min(self.timer, min(self.cached[i] for i in cheaper))
+            self.timer = min(self.timer, min(self.cached[o] for i in cheaper
+                                             for o in self.by_rung[i] if self.zrow[o]))

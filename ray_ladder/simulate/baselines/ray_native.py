@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ray_ladder.simulate.baselines.base import PlacementRun, SteppedBaseline, Stepper
+from ray_ladder.simulate.baselines.base import INF, PlacementRun, SteppedBaseline, Stepper
 from ray_ladder.simulate.baselines.context import PolicyContext
 
 # Ray 2.60's defaults, read from its source (ray/autoscaler/...):
@@ -14,6 +14,10 @@ LAUNCH_TIMEOUT_S = 3600.0
 (``ray/autoscaler/v2/instance_manager/config.py``,
 ``InstanceReconcileConfig.allocate_status_timeout_s``): how long an allocated instance may
 wait to run Ray before the reconciler marks it ``ALLOCATION_TIMEOUT``."""
+
+DOWNSCALE_DELAY_S = 600.0
+"""Serve's ``AutoscalingConfig.downscale_delay_s`` default, ``600.0``
+(``ray/serve/config.py``): how long load stays low before Serve removes a replica."""
 
 
 @dataclass(frozen=True)
@@ -43,8 +47,26 @@ class RayNative(SteppedBaseline):
       launch that fails or passes ``launch_timeout_s`` is followed by another launch of
       the *same* type: the replica serves when the primary is obtainable again, never
       on a lower rung that nothing keeps up.
-    * **It never climbs**: a replica on a lower rung (one it started on at time 0, or a
-      resident pool) stays there until that rung is lost.
+    * **It never climbs by itself**: Serve never moves a running replica, so a replica
+      on a lower rung (one it started on at time 0, or a resident pool) stays there
+      until that rung is lost: traffic drifts onto fallback nodes and stays there.
+    * **Serve's downscale, fallback first** (``serve_cycle_s`` > 0: an autoscaling Serve
+      deployment whose load rises and falls once every ``serve_cycle_s``). At each peak
+      Serve adds a replica, and ``downscale_delay_s`` after it (Serve's
+      ``AutoscalingConfig.downscale_delay_s``, 600 s) removes one. Ray 2.60 stops, in
+      order, replicas not yet running, replicas off the head node, replicas on nodes that
+      do *not* match the deployment's primary ``label_selector`` (ray-project/ray#61488),
+      then those on the emptiest nodes, newest first
+      (``ray/serve/_private/deployment_scheduler.py``, ``_get_replicas_to_stop``). So:
+      the peak's replica goes where the raylet puts it, a node that is up of the best
+      selector first (a resident rung, which has room) or else, pending, a node the
+      autoscaler launches of the primary's type. On a fallback pool the downscale
+      stops the newer one: the deployment stays on the fallback. On the primary, if
+      the primary is obtainable for the replica's ``start_s`` before the downscale, the
+      downscale stops the fallback replica: the deployment is back on the primary,
+      one climb per cycle at most. A replica still starting at the downscale is the
+      one stopped. Off (0, the default) for a fixed ``num_replicas``, and for a
+      training gang (no Serve downscale).
 
     Cache and shed rungs are not Ray placements: this policy never serves them.
 
@@ -54,6 +76,10 @@ class RayNative(SteppedBaseline):
             changes no figure; kept so that specs naming it still parse.
         start_s: Seconds from a placement to the replica serving (node boot, if any,
             plus replica start).
+        serve_cycle_s: Seconds between the load peaks of an autoscaling Serve
+            deployment (0: a fixed number of replicas, no downscale).
+        downscale_delay_s: Seconds from a peak's upscale to its downscale (Serve's
+            ``downscale_delay_s`` default: 600).
 
     Example:
         >>> from ray_ladder.simulate.baselines import RayNative
@@ -62,9 +88,12 @@ class RayNative(SteppedBaseline):
     """
 
     name: ClassVar[str] = "ray-native"
-    non_negative: ClassVar[tuple[str, ...]] = ("launch_timeout_s", "start_s")
+    non_negative: ClassVar[tuple[str, ...]] = ("launch_timeout_s", "start_s",
+                                               "serve_cycle_s", "downscale_delay_s")
     launch_timeout_s: float = LAUNCH_TIMEOUT_S
     start_s: float = 10.0
+    serve_cycle_s: float = 0.0
+    downscale_delay_s: float = DOWNSCALE_DELAY_S
 
     def stepper(self, ctx: PolicyContext) -> Stepper:
         """The policy's run-time state over ``ctx``."""
@@ -75,6 +104,12 @@ class _RayNativeRun(PlacementRun):
     def __init__(self, policy: RayNative, ctx: PolicyContext) -> None:
         super().__init__(ctx, policy.start_s)  # fallback targets: ctx.placeable()
         self.launching = False  # a launch of the primary is pending
+        cycle = policy.serve_cycle_s / ctx.tick_s
+        # The peak's replica must start by the downscale: it is launched at the latest
+        # `start` before it (the primary obtainable from then on) and serves at it.
+        lead = (policy.downscale_delay_s - policy.start_s) / ctx.tick_s
+        self.cycle = cycle if cycle > 0 and lead >= 0 and not ctx.training_rungs() else 0.0
+        self.timer = self.cycle + lead if self.cycle else INF
 
     def _waiting(self, t: float, ok: tuple[bool, ...]) -> None:
         if self.launching and ok[self.compute[0]]:
@@ -83,7 +118,17 @@ class _RayNativeRun(PlacementRun):
             self._place(t, ok)
 
     def _timer_fired(self, t: float, ok: tuple[bool, ...]) -> None:
-        pass  # no timer: a timed-out launch is relaunched as the same type (no change)
+        # The only timer is Serve's cycle (a timed-out launch is relaunched as the primary's
+        # node type again, no change): `start` before the downscale, place the peak's replica.
+        self.timer = t + self.cycle
+        eng, primary = self.eng, self.compute[0]
+        if eng.served < 0 or eng.served == primary or eng.pending >= 0:
+            return
+        resident = self._best_resident(ok)
+        target = resident if resident >= 0 else primary if ok[primary] else -1
+        if target == primary:  # the downscale stops the fallback replica (#61488)
+            eng.aim(t, primary)
+            eng.switch(t, primary, self.start, climb=True)
 
     def _launch(self, t: float, ok: tuple[bool, ...]) -> None:
         if ok[self.compute[0]]:
