@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
+from itertools import chain, islice
+from typing import Any
 
 from ray_ladder.simulate.traces import Trace
 
@@ -37,10 +40,23 @@ class Timeline:
 
     def obtainable_ticks(self, name: str) -> int:
         """How many ticks rung ``name`` is seen obtainable."""
-        col = self.names.index(name)
-        ends = self.starts[1:] + [self.ticks]
-        spans = zip(self.starts, ends, self.rows, strict=True)
-        return sum(e - s for s, e, row in spans if row[col])
+        return self._obtainable[self.names.index(name)]
+
+    @cached_property
+    def _obtainable(self) -> list[int]:
+        """Ticks each traced rung is obtainable: the ticks of each distinct row, summed
+        once for every rung (the rows are shared: one tuple per distinct row)."""
+        per_row: dict[int, list[Any]] = {}  # id(row) -> [row, ticks]
+        starts = self.starts
+        for s, e, row in zip(starts, chain(islice(starts, 1, None), [self.ticks]), self.rows,
+                             strict=True):
+            entry = per_row.get(id(row))
+            if entry is None:
+                per_row[id(row)] = [row, e - s]
+            else:
+                entry[1] += e - s
+        return [sum(n for row, n in per_row.values() if row[col])
+                for col in range(len(self.names))]
 
 
 def align(traces: Mapping[str, Trace], *, tick_s: float, ticks: int) -> Timeline:

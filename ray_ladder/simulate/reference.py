@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import pairwise
+from operator import itemgetter
 from typing import Any
 
 from ray_ladder.simulate.align import Timeline
@@ -34,6 +36,8 @@ SEED = 0
 """Seed of the bootstrap draws: the same report gives the same intervals."""
 LEVEL = 0.9
 """Coverage of the bootstrap interval (5th to 95th percentile)."""
+Picker = Callable[[list[float]], Iterable[float]]
+"""Picks one draw's blocks out of a per-block list (:func:`pickers`)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,17 @@ class Reference:
             _step(times, bests, blocks, t, best, block)
         return times, bests, blocks
 
+    @cached_property
+    def pickers(self) -> list[Picker]:
+        """Per draw, the function that picks its blocks out of a per-block list
+        (:func:`pickers`), made once for every policy."""
+        return pickers(self.draws)
+
+    @cached_property
+    def span_sums(self) -> list[float]:
+        """Per draw, the ticks its blocks cover: the denominator of every share of time."""
+        return draw_sums([float(e2 - e1) for e1, e2 in pairwise(self.edges)], self.pickers)
+
     def method(self) -> dict[str, Any]:
         """How the intervals were drawn, for the JSON report."""
         return {"method": "block bootstrap, percentile interval", "blocks": len(self.edges) - 1,
@@ -106,6 +121,29 @@ def _step(times: list[float], bests: list[int], blocks: list[int], t: float, bes
         times.append(float(t))
         bests.append(best)
         blocks.append(block)
+
+
+def pickers(draws: list[list[int]]) -> list[Picker]:
+    """Per draw, a function that picks its blocks' values out of a per-block list (in
+    the draw's order, so their sum is the same float as a loop over the draw's blocks).
+
+    Example:
+        >>> [p([5.0, 7.0]) for p in pickers([[1, 1], [0]])]
+        [(7.0, 7.0), [5.0]]
+    """
+    return [itemgetter(*d) if len(d) > 1 else itemgetter(slice(d[0], d[0] + 1))
+            for d in draws]
+
+
+def draw_sums(values: list[float],
+              picks: list[Picker]) -> list[float]:
+    """Per draw, the sum of ``values`` over its blocks (see :func:`pickers`).
+
+    Example:
+        >>> draw_sums([1.0, 3.0], pickers([[0, 0], [0, 1], [1, 1]]))
+        [2.0, 4.0, 6.0]
+    """
+    return [sum(p(values)) for p in picks]
 
 
 def pieces(end: float, *steps: Sequence[tuple[float, int]],

@@ -186,7 +186,7 @@ def replay(
     max_degraded = ladder.policy.max_degraded_seconds
     # One observation (a table row id, and "obtainable by rung index") per distinct row:
     # segments with the same row share them, so the loop allocates nothing per tick.
-    cache: dict[tuple[bool, ...], tuple[int, list[bool]]] = {}
+    cache: dict[int, tuple[int, list[bool]]] = {}  # id(row): the timeline holds the rows
     untraced = {name: True for name, kind in zip(names, kinds, strict=True)
                 if kind == "compute" and name not in timeline.names}
     result = Replay(names, timeline.ticks, tick, table.hysteresis, promotion_delay_s,
@@ -195,7 +195,7 @@ def replay(
     served_log, starting_log, target_log = result.served, result.starting, result.target
     lost_log = result.lost
     served_log.append((0.0, -1))
-    step = table.step
+    step, known = table.step, table.known  # a step is a dict hit: no call unless new
     state = 0  # the selector's state in the table: 0 before the first observation
     episode: float | None = None  # when the selector's degraded episode started
     alerted = False
@@ -205,17 +205,17 @@ def replay(
     falls = climbs = abandoned = alerts = 0
     ends = timeline.starts[1:] + [timeline.ticks]
     for k0, k1, row in zip(timeline.starts, ends, timeline.rows, strict=True):
-        entry = cache.get(row)
+        entry = cache.get(id(row))  # the timeline shares one tuple per distinct row
         if entry is None:
             obs = dict(zip(timeline.names, row, strict=True))
             obs.update(untraced)
-            entry = cache[row] = (table.row(obs), [kind != "compute" or obs.get(name, False)
+            entry = cache[id(row)] = (table.row(obs), [kind != "compute" or obs.get(name, False)
                                                    for name, kind in zip(names, kinds,
                                                                          strict=True)])
         rid, ok = entry
         k = k0
         while k < k1:
-            nxt, changed, target, direction = step(state, rid)
+            nxt, changed, target, direction = known.get(state << 32 | rid) or step(state, rid)
             if nxt == state and not changed and pending < 0:
                 # A fixed point: every tick left in this segment decides the same and
                 # nothing is starting, so only the degraded-time alert can still come.

@@ -77,7 +77,9 @@ class SelectorTable:
         self._selectors: list[Selector] = [selector]
         self._ids: dict[tuple[int, tuple[int, ...]], int] = {}
         self._rows: list[Mapping[str, bool]] = []
-        self._next: dict[int, tuple[int, bool, int, int]] = {}
+        #: What :meth:`step` has decided so far, by ``(state << 32) | row``: a hot loop
+        #: reads it first and calls :meth:`step` only on a miss.
+        self.known: dict[int, tuple[int, bool, int, int]] = {}
 
     def row(self, obtainable: Mapping[str, bool]) -> int:
         """Register an observation (kept as given: do not change it afterwards)."""
@@ -87,9 +89,9 @@ class SelectorTable:
     def step(self, state: int, row: int) -> tuple[int, bool, int, int]:
         """``(next state, changed, rung index or -1, direction)`` of observing ``row``."""
         key = (state << 32) | row  # one int: cheaper to hash than a pair
-        out = self._next.get(key)
+        out = self.known.get(key)
         if out is None:
-            out = self._next[key] = self._decide(state, row)
+            out = self.known[key] = self._decide(state, row)
         return out
 
     def _decide(self, state: int, row: int) -> tuple[int, bool, int, int]:

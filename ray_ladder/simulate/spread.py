@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from itertools import chain, pairwise
+from itertools import chain
 
-from ray_ladder.simulate.reference import LEVEL, Reference
+from ray_ladder.simulate.reference import LEVEL, Reference, draw_sums, pickers
 from ray_ladder.simulate.replay import Replay
 
 Interval = tuple[float, float]
@@ -81,12 +81,21 @@ def ratio_interval(num: list[float], den: list[float], draws: list[list[int]],
         >>> ratio_interval([1.0, 3.0], [2.0, 2.0], [[0, 0], [0, 1], [1, 1]])
         (0.5, 1.5)
     """
-    values = []
-    for draw in draws:
-        d = sum(map(den.__getitem__, draw))
-        if d > 1e-12:
-            values.append(scale * sum(map(num.__getitem__, draw)) / d)
-    return percentile_interval(values) if 2 * len(values) >= len(draws) else None
+    picks = pickers(draws)
+    return interval_of_sums(draw_sums(num, picks), draw_sums(den, picks), scale)
+
+
+def interval_of_sums(num: list[float], den: list[float], scale: float = 1.0,
+                     ) -> Interval | None:
+    """The interval of ``scale x num / den`` over the draws (their sums, per draw); a
+    draw whose denominator is 0 is left out, ``None`` when more than half are.
+
+    Example:
+        >>> interval_of_sums([2.0, 4.0, 6.0], [4.0, 4.0, 4.0])
+        (0.5, 1.5)
+    """
+    values = [scale * n / d for n, d in zip(num, den, strict=True) if d > 1e-12]
+    return percentile_interval(values) if 2 * len(values) >= len(den) else None
 
 
 def _served_pass(rep: Replay, ref: Reference, cost_per_hour: list[float],
@@ -220,10 +229,13 @@ def against(rep: Replay, ref: Reference, *, cost_per_hour: list[float], serves: 
             for b in range(nblocks):
                 idle = ref.obtainable[i][b] - units[i][b] - starting[i][b]
                 bill[b] += rate * max(0.0, idle) * hours
-    span = [float(e2 - e1) for e1, e2 in pairwise(ref.edges)]
+    # Each list summed once per draw; the blocks' lengths once for every policy.
+    picks, span = ref.pickers, ref.span_sums
+    served_sums = draw_sums(served, picks)
     spread = {
-        "served_fraction": ratio_interval(served, span, ref.draws),
-        "cost_per_served_hour": ratio_interval(bill, served, ref.draws, 1.0 / hours),
-        "regret": ratio_interval(regret, span, ref.draws),
+        "served_fraction": interval_of_sums(served_sums, span),
+        "cost_per_served_hour": interval_of_sums(draw_sums(bill, picks), served_sums,
+                                                 1.0 / hours),
+        "regret": interval_of_sums(draw_sums(regret, picks), span),
     }
     return Against(below_best_ticks=below, regret_ticks=lost, spread=spread)

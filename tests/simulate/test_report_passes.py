@@ -101,3 +101,25 @@ def test_flaps_merge_losses_in_or_out_of_order() -> None:
     # climb at 3 then the fall at 4 flap; the fall at 5, after the fall at 4, does not.
     assert count_flaps([(0, 0), (5, 1), (3, 0), (4, 1)], 2, 2) == 1
     assert count_flaps([(0, 1), (5, 0), (3, 1), (4, 0)], 2, 2, lost=[4, 1]) == 0
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_flaps_one_merge_matches_the_sorted_moves(seed: int) -> None:
+    # The merge in one loop (logs in time order) against the general path: every move
+    # and loss sorted by time, losses first in a tick.
+    from ray_ladder.simulate.figures import _decisions, _with_losses
+
+    rng = random.Random(seed)
+    for _ in range(200):
+        n = rng.randint(1, 4)
+        target = _log(rng, 40, n, rng.random() < 0.5)
+        lost = sorted(rng.choice([0, 0.5, 1, 2, 3.25, 7, 12, 30]) for _ in range(5))
+        window = rng.choice([0.0, 1.0, 2.5, float("inf")])
+        flaps, climb_at = 0, None
+        for t, up in _with_losses(_decisions(target, n), list(lost), False):
+            if up:
+                climb_at = t
+            else:
+                flaps += climb_at is not None and t - climb_at <= window + 1e-9
+                climb_at = None
+        assert count_flaps(target, n, window, lost) == flaps

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, ClassVar
 
 from ray_ladder.simulate.baselines.context import PolicyContext, Segment
@@ -54,6 +54,12 @@ class Baseline(ABC):
         """Why this system cannot run the workload of ``ctx`` at all (``None``: it can);
         the report then has no row for it and says why in a note."""
         return None
+
+    def replay_key(self, ctx: PolicyContext) -> Hashable:
+        """What this policy's replay over ``ctx`` depends on: two policies with equal keys
+        replay alike, so a comparison runs one and reports it under both labels (default:
+        the class and every parameter)."""
+        return type(self), tuple(self.params().items())
 
     def params(self) -> dict[str, Any]:
         """The parameters, by field name."""

@@ -63,16 +63,21 @@ class Engine:
 
     def aim(self, t: float, idx: int) -> None:
         """Record a decision: the policy now heads for ``idx`` (a climb or a fall)."""
-        if idx == self.target:
+        target = self.target
+        if idx == target:
             return
         if t == 0 and not self.target_log:
             pass  # the first placement at time 0 is the start, not a move
-        elif self.rank(idx) < self.rank(self.target):
+        elif (idx if idx >= 0 else self.n) < (target if target >= 0 else self.n):  # rank()
             self.climbs += 1
         else:
             self.falls += 1
         self.target = idx
-        self.target_log.append(self._entry(t, idx))
+        # _entry(t, idx), inline: a year of churn makes ~1e6 of these calls
+        last = self._last
+        if last[0] is not t or last[1] != idx:
+            last = self._last = (t, idx)
+        self.target_log.append(last)
 
     def switch(self, t: float, idx: int, delay: float, *, climb: bool | None = None) -> None:
         """Have ``idx`` serve ``delay`` ticks after ``t``; the serving rung serves meanwhile.
@@ -84,14 +89,20 @@ class Engine:
             climb: Whether dropping this start counts as an abandoned climb (default:
                 ``idx`` is better than what serves now).
         """
-        self.cancel(t)
-        if idx == self.served:
+        if self.pending >= 0:
+            self.cancel(t)
+        served = self.served
+        if idx == served:
             return
         if delay <= 0:
-            self._serve(t, idx)
+            self.served = idx
+            self.served_log.append(self._entry(t, idx))
             return
         self.pending, self.ready = idx, t + delay
-        self.pending_climb = self.rank(idx) < self.rank(self.served) if climb is None else climb
+        if climb is None:
+            n = self.n
+            climb = (idx if idx >= 0 else n) < (served if served >= 0 else n)
+        self.pending_climb = climb
         self.starting_log.append(self._entry(t, idx))
 
     def cancel(self, t: float) -> None:
@@ -111,14 +122,20 @@ class Engine:
         """The serving rung is gone: nothing serves until a start completes."""
         if self.served >= 0:
             self.lost_log.append(t)  # flaps count the fall from here
-            self._serve(t, -1)
+            self.served = -1
+            self.served_log.append(self._entry(t, -1))
 
     def complete(self) -> None:
         """The starting rung is up: it serves from ``ready`` on."""
         t, idx = self.ready, self.pending
         self.pending, self.ready = -1, INF
-        self.starting_log.append(self._entry(t, -1))
-        self._serve(t, idx)
+        last = self._last  # _entry(t, -1) then _entry(t, idx), inline
+        if last[0] is not t or last[1] != -1:
+            last = (t, -1)
+        self.starting_log.append(last)
+        self.served = idx
+        self.served_log.append((t, idx))
+        self._last = self.served_log[-1]
 
     def _serve(self, t: float, idx: int) -> None:
         self.served = idx

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -104,6 +105,15 @@ class GkeComputeClass(SteppedBaseline):
         return (f"its ScaleUpAnyway node of GKE's default series is taken to be always "
                 f"there, so it serves {ctx.names[default]!r} while that rung's trace "
                 "says there is no capacity (a modelling choice, not a better policy)")
+
+
+    def replay_key(self, ctx: PolicyContext) -> Hashable:
+        """``ScaleUpAnyway`` replays as ``DoNotScaleUp`` where GKE's default node cannot
+        host the pod (it asks for an accelerator): one run for both rows."""
+        if _default_rung(ctx) >= 0:
+            return super().replay_key(ctx)
+        return type(self), tuple((k, "DoNotScaleUp" if k == "when_unsatisfiable" else v)
+                                 for k, v in self.params().items())
 
 
 def _default_rung(ctx: PolicyContext) -> int:
