@@ -87,15 +87,19 @@ def _why(figure: str, lad: PolicyReport, peer: PolicyReport,
                                f"{_pct(lad.shed_fraction)} and has no rung "
                                f"{_pct(lad.unserved_fraction)}, vs "
                                f"{_pct(peer.shed_fraction)} and {_pct(peer.unserved_fraction)}")
-    # Quality figures: the rung whose extra time adds the most quality to the peer.
+    # Quality figures: the rung whose extra time adds the most quality to the peer,
+    # unless the ladder's extra time shedding or with no rung is the larger difference.
     gains = [(r["quality"] * (peer.rung_fraction.get(r["name"], 0.0)
                               - lad.rung_fraction.get(r["name"], 0.0)), r["name"]) for r in rungs]
     gain, name = max(gains, default=(0.0, ""))
     label = FIGURES[figure][0]
-    if gain <= 0:
-        return ("sheds", None, f"better {label}: the ladder sheds or has no rung "
-                               f"{_pct(lad.shed_fraction + lad.unserved_fraction)} vs "
-                               f"{_pct(peer.shed_fraction + peer.unserved_fraction)}")
+    idle = (lad.shed_fraction + lad.unserved_fraction) - (peer.shed_fraction
+                                                          + peer.unserved_fraction)
+    more = peer.rung_fraction.get(name, 0.0) - lad.rung_fraction.get(name, 0.0)
+    if gain <= 0 or idle > more:
+        return ("sheds", None, f"better {label}: the ladder sheds {_pct(lad.shed_fraction)} "
+                               f"and has no rung {_pct(lad.unserved_fraction)}, vs "
+                               f"{_pct(peer.shed_fraction)} and {_pct(peer.unserved_fraction)}")
     return ("more_time_on", name, f"better {label}: serves on {name} "
                                   f"{_pct(peer.rung_fraction[name])} vs "
                                   f"{_pct(lad.rung_fraction.get(name, 0.0))} of the time")
