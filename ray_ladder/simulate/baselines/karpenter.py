@@ -1,4 +1,5 @@
-"""Karpenter: weighted offerings, a 3-minute insufficient-capacity cache, price consolidation."""
+"""Karpenter: weighted NodePools, offerings per zone, a 3-minute insufficient-capacity cache
+per offering, price consolidation."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from ray_ladder.simulate.replay import Replay
 
 @dataclass(frozen=True)
 class Karpenter(SteppedBaseline):
-    """Karpenter with one offering per compute rung, in weight order (weighted NodePools).
+    """Karpenter with one NodePool per compute rung, in weight order, and one offering per
+    rung and zone.
 
     The model:
 
@@ -47,9 +49,17 @@ class Karpenter(SteppedBaseline):
       (aws/karpenter-provider-aws#7490: "we should go back to spot when it becomes
       available"), climbs to a better rung only if that rung is cheaper, and moves
       *down* to a cheaper rung that is worse.
-    * **One offering per rung.** A NodePool spanning several zones is one offering per
-      zone; the simulator has one trace per rung, so each rung is one offering (give a
-      rung the trace of the zone it runs in; a multi-zone pool's union is not modelled).
+    * **Offerings per zone.** A NodePool spanning several zones is one offering per
+      zone, and the unavailable-offerings cache is kept per offering
+      (``UnavailableOfferings.IsUnavailable(instanceType, zone, capacityType)``,
+      karpenter-provider-aws ``pkg/cache``). A rung given one trace per zone
+      (:mod:`ray_ladder.simulate.zones`) is one offering per zone: a launch goes to the
+      first zone of the highest-weight NodePool that is not cached and has capacity (the
+      zones share the rung's price), a launch refused in every zone caches each, and an
+      interruption caches its own zone only. Every policy sees a zoned rung obtainable
+      while any zone is, so a node whose zone is lost moves to another zone of its rung
+      at no cost, if Karpenter would launch there (up, not cached); otherwise it is a
+      loss, where the other policies stay up. A rung with one trace is one offering.
 
     Attributes:
         ice_ttl_s: Seconds a refused or interrupted offering is skipped (180).
