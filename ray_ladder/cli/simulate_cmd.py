@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 from rich import box
@@ -13,11 +14,13 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from ray_ladder.cli.simulate_sections import loss_lines, request_lines
+from ray_ladder.cli.simulate_sets import emit_sets, run_sets, set_values
 from ray_ladder.core.spec import load_ladder
 from ray_ladder.simulate.api import simulate as run_simulation
 from ray_ladder.simulate.baselines import ALL, POLICIES
 from ray_ladder.simulate.report import PolicyReport, SimulationReport
 from ray_ladder.simulate.specs import SPEC_FORMS, parse_duration, parse_trace_arg
+from ray_ladder.simulate.trace_sets import TraceSetReport, names_a_set
 from ray_ladder.simulate.zones import ZONE_SEP
 
 _TRACE_HELP = (
@@ -295,6 +298,10 @@ def _needs(need_args: tuple[str, ...]) -> dict[str, int]:
               help="Write the JSON report here (- for stdout; the tables go to stderr).")
 @click.option("--plot", "plot_out", default=None, type=click.Path(dir_okay=False),
               help="Write a PNG here (rung over time, traces, trade-off).")
+@click.option("--trace-set", "trace_sets", multiple=True, metavar="NAME[=VALUE]",
+              help="Replay once per set (zones, months, seeds), {set} in each --trace "
+                   "becoming VALUE (default NAME); prints each headline figure per set "
+                   "and its range across the sets. Repeatable.")
 def simulate(
     ladder_file: str,
     trace_args: tuple[str, ...],
@@ -309,6 +316,7 @@ def simulate(
     flap_window: str | None,
     json_out: str | None,
     plot_out: str | None,
+    trace_sets: tuple[str, ...],
 ) -> None:
     """Replay capacity traces through the ladder's selector (and, with --compare, the
     policies of Ray, GKE, Karpenter and LiteLLM) and report per policy.
@@ -329,8 +337,7 @@ def simulate(
             warm_list = [] if warm.strip() == "none" else [
                 w.strip() for w in warm.split(",") if w.strip()]
         need = _needs(need_args)
-        report = run_simulation(
-            ladder, specs,
+        options: dict[str, Any] = dict(
             hysteresis=None if hysteresis is None else _ints(hysteresis),
             tick_s=None if tick is None else parse_duration(tick),
             duration_s=None if duration is None else parse_duration(duration),
@@ -341,9 +348,15 @@ def simulate(
             need=need,
             flap_window_s=None if flap_window is None else parse_duration(flap_window),
         )
+        report = (run_sets(ladder, specs, set_values(trace_sets), plot_out, options)
+                  if trace_sets or names_a_set(specs)
+                  else run_simulation(ladder, specs, **options))
     except ValueError as err:  # ConfigError is a ValueError too
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
+    if isinstance(report, TraceSetReport):
+        emit_sets(report, json_out)
+        return
     _emit(report, json_out, plot_out)
 
 

@@ -5,6 +5,8 @@ Pure core (no Ray, no matplotlib until a plot is asked for). Public API::
     from ray_ladder.simulate import simulate, load_trace, markov_trace, outage_trace
     report = simulate("ladder.yaml", {"h100": "h100.json"}, hysteresis=[1, 3, 10])
     report = simulate("ladder.yaml", {"h100": "h100.json"}, compare="all")  # + baselines
+    sets = simulate_sets("ladder.yaml", expand_sets({"h100": "{set}/h100.json"},
+                                                   ["2024-01", "2024-02"]), compare="all")
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from ray_ladder.simulate.replay import Replay, replay
 from ray_ladder.simulate.report import Note, PolicyReport, SimulationReport
 from ray_ladder.simulate.specs import parse_duration, parse_trace_spec
 from ray_ladder.simulate.trace_files import load_trace
+from ray_ladder.simulate.trace_sets import TraceSetReport, expand_sets, simulate_sets
 from ray_ladder.simulate.traces import Trace
 
 __all__ = [
@@ -50,9 +53,11 @@ __all__ = [
     "SimulationReport",
     "Timeline",
     "Trace",
+    "TraceSetReport",
     "align",
     "always_on",
     "default_warm",
+    "expand_sets",
     "load_trace",
     "markov_trace",
     "needs",
@@ -65,4 +70,5 @@ __all__ = [
     "queued_trace",
     "replay",
     "simulate",
+    "simulate_sets",
 ]
