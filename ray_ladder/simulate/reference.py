@@ -233,30 +233,34 @@ def obtainable_by_block(timeline: Timeline, names: list[str],
         [[1.0, 0.0], [2.0, 2.0]]
     """
     nblocks = len(edges) - 1
-    out = [[0.0] * nblocks for _ in names]
     cols = [timeline.names.index(n) if n in timeline.names else None for n in names]
-    per_row: dict[tuple[bool, ...], list[list[float]]] = {}  # a row -> the rungs it has
+    # Per distinct row, its ticks in each block; then each rung's are the sums over the
+    # rows that have it (whole ticks: the sums are exact in any order).
+    per_row: dict[int, tuple[tuple[bool, ...], list[float]]] = {}  # id(row): rows shared
     end = float(timeline.ticks)
     cuts = iter([float(e) for e in edges[1:-1]] + [math.inf])
     cut, block, prev = next(cuts), 0, 0.0
     rows = timeline.rows
-    have = per_row[rows[0]] = [out[i] for i, c in enumerate(cols) if c is None or rows[0][c]]
+    acc = per_row.setdefault(id(rows[0]), (rows[0], [0.0] * nblocks))[1]
     # The same stretches as pieces() over the segments and the blocks, in time order.
     for start, row in zip(timeline.starts[1:] + [end], rows[1:] + [rows[-1]], strict=True):
         t = float(start)
         while cut <= t:  # block edges up to the next segment (at it: no stretch left)
             if cut > prev:
-                for col in have:
-                    col[block] += cut - prev
+                acc[block] += cut - prev
                 prev = cut
             block += 1
             cut = next(cuts)
         if t > prev:
-            for col in have:
-                col[block] += t - prev
+            acc[block] += t - prev
             prev = t
-        have = per_row.get(row) or per_row.setdefault(
-            row, [out[i] for i, c in enumerate(cols) if c is None or row[c]])
+        hit = per_row.get(id(row))
+        acc = (hit or per_row.setdefault(id(row), (row, [0.0] * nblocks)))[1]
+    out = [[0.0] * nblocks for _ in names]
+    for row, spans in per_row.values():
+        for i, c in enumerate(cols):
+            if c is None or row[c]:
+                out[i] = [a + b for a, b in zip(out[i], spans, strict=True)]
     return out
 
 
