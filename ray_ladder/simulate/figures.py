@@ -187,19 +187,22 @@ def time_per_rung(rep: Replay) -> tuple[list[float], float, list[float]]:
     unserved = 0.0
     episodes: list[float] = []
     episode_start: float | None = None
-    for (start, idx), (t2, _) in pairwise(chain(rep.served, [(float(ticks), -1)])):
-        if t2 <= start:
-            continue
-        length = t2 - start
-        if idx >= 0:
-            units[idx] += length
-        else:
-            unserved += length
-        if idx != 0 and episode_start is None:
-            episode_start = start
-        elif idx == 0 and episode_start is not None:
-            episodes.append((start - episode_start) * tick)
-            episode_start = None
+    changes = chain(rep.served, [(float(ticks), -1)])
+    start, idx = next(changes)
+    for t2, following in changes:  # each stretch: (start, idx) until the next change
+        if t2 > start:
+            length = t2 - start
+            if idx >= 0:
+                units[idx] += length
+            else:
+                unserved += length
+            if idx != 0:
+                if episode_start is None:
+                    episode_start = start
+            elif episode_start is not None:
+                episodes.append((start - episode_start) * tick)
+                episode_start = None
+        start, idx = t2, following
     if episode_start is not None:
         episodes.append((ticks - episode_start) * tick)
     # Switches inside a tick leave float noise (21340.999999999894 s): keep milliseconds.
@@ -213,9 +216,12 @@ def start_and_standby_bills(rep: Replay, units: list[float], cost_per_hour: list
     """The bill of replicas starting (not yet serving), and of idle standby by rung."""
     hours = rep.tick_s / 3600.0
     starting_units = [0.0] * len(rep.names)
-    for (t, idx), (t2, _) in pairwise(chain(rep.starting, [(float(rep.ticks), -1)])):
+    changes = chain(rep.starting, [(float(rep.ticks), -1)])
+    t, idx = next(changes)
+    for t2, following in changes:
         if idx >= 0 and t2 > t:
             starting_units[idx] += t2 - t
+        t, idx = t2, following
     starting = sum((c * u * hours for c, u in zip(cost_per_hour, starting_units, strict=True)),
                    0.0)
     standby = {name: 0.0 for name in rep.names}
