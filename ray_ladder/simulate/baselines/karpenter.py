@@ -178,16 +178,23 @@ class _KarpenterRun(PlacementRun):
     def _launch(self, t: float, ok: tuple[bool, ...]) -> None:
         cached, zrow = self.cached, self.zrow
         for i in self.compute:  # NodePools by weight: the first with an offering not cached
-            offs = [o for o in self.by_rung[i] if cached[o] <= t]
-            if not offs:
+            offs, up = self.by_rung[i], -1
+            free = False  # one of them not cached (no lists built: a launch a segment)
+            for o in offs:
+                if cached[o] <= t:
+                    free = True
+                    if zrow[o]:
+                        up = o
+                        break
+            if not free:
                 continue
-            up = [o for o in offs if zrow[o]]
-            if up:  # the zones share the rung's price: any zone with capacity
-                self.at[i] = up[0]
+            if up >= 0:  # the zones share the rung's price: any zone with capacity
+                self.at[i] = up
                 self._run_on(t, i)
                 return
             for o in offs:  # the launch is tried in every zone, and refused in each
-                cached[o] = t + self.ttl
+                if cached[o] <= t:
+                    cached[o] = t + self.ttl
             if self.retry > 0:
                 self.timer = t + self.retry
                 return
