@@ -15,7 +15,11 @@ Each case runs in its own subprocess, so that its memory figure is its own: ``pe
 is that process's peak resident set (``resource.getrusage(RUSAGE_SELF).ru_maxrss``, the
 interpreter and imports included; ``import_mb`` is the same read before the case
 starts). Times are wall-clock and CPU time of the case's process (the CPU figure is the
-one to trust on a shared, loaded machine). The machine is described by what it
+one to trust on a shared, loaded machine). ``compare_phase_cpu_s`` splits the whole
+comparison, each step run again on its own: ``align``, ``oracle_replay``, ``reference``
+(best rung, blocks, resamples), ``policies`` (the distinct runs of
+``compare_policy_cpu_s``: ``compare_distinct_runs`` of them, GKE's two rows of this GPU
+ladder being one) and ``figures`` (every row's report). The machine is described by what it
 measures: os.cpu_count() and the load average before and after. Goals (issue 29): the
 whole comparison of each case under ``goal_s`` (5) CPU seconds and ``goal_mb`` (300) MB;
 ``*_met`` say whether each was met. Prints one JSON object on stdout, nothing else.
@@ -32,8 +36,11 @@ import time
 from typing import Any
 
 from ray_ladder import Ladder
-from ray_ladder.simulate import Trace, align, markov_trace, replay, simulate
+from ray_ladder.simulate import Replay, Trace, align, markov_trace, replay, simulate
 from ray_ladder.simulate.baselines import PolicyContext, parse_policies
+from ray_ladder.simulate.figures import serving_rungs
+from ray_ladder.simulate.reference import Reference, build_reference
+from ray_ladder.simulate.report import summarise
 
 YEAR_S = 365 * 86400
 TICK_S = 60.0
@@ -98,13 +105,18 @@ def _comparison(traces: dict[str, Trace], ticks: int) -> dict[str, Any]:
     timeline = align(traces, tick_s=TICK_S, ticks=ticks)
     ctx = PolicyContext.build(LADDER, timeline, warm=["l4"])
     per_policy = {}
+    distinct: dict[Any, tuple[Replay, float]] = {}  # what the comparison runs once
     for policy in parse_policies("all"):
-        _, _, cpu_s = _timed(lambda p=policy: p.run(ctx))  # type: ignore[misc]
+        rep, _, cpu_s = _timed(lambda p=policy: p.run(ctx))  # type: ignore[misc]
         per_policy[policy.label] = round(cpu_s, 3)
+        distinct.setdefault(policy.replay_key(ctx), (rep, cpu_s))
     return {
         "segments": len(timeline.starts),
         "compare_year_s": round(compare_s, 3),
         "compare_year_cpu_s": round(compare_cpu_s, 3),
+        "compare_phase_cpu_s": _phases(traces, ticks, [r for r, _ in distinct.values()],
+                                       sum(s for _, s in distinct.values())),
+        "compare_distinct_runs": len(distinct),
         "compare_policies": [p.policy for p in compared.comparison] + ["oracle"],
         "compare_policy_cpu_s": per_policy,
         "compare_quality_weighted_availability": {
@@ -115,6 +127,37 @@ def _comparison(traces: dict[str, Trace], ticks: int) -> dict[str, Any]:
         "compare_met_cpu": compare_cpu_s < GOAL_S,
         "mem_met": peak < GOAL_MB,
     }
+
+
+def _phases(traces: dict[str, Trace], ticks: int, replays: list[Replay],
+            policies_cpu_s: float) -> dict[str, float]:
+    """CPU seconds of each step of the whole comparison, run one at a time: aligning the
+    traces, the oracle's replay, the reference (best rung, blocks, resamples), the
+    compared policies' runs (``compare_policy_cpu_s``, each distinct replay once: GKE's
+    two rows of this GPU ladder are one) and turning each replay and the oracle's into
+    figures."""
+    timeline, _, align_s = _timed(lambda: align(traces, tick_s=TICK_S, ticks=ticks))
+    oracle, _, oracle_s = _timed(lambda: replay(LADDER, timeline, hysteresis=1))
+    names = oracle.names
+    quality = [LADDER.rung(n).quality for n in names]
+    cost = [LADDER.work_cost_per_hour(n) for n in names]
+    serves = serving_rungs(LADDER, names)
+
+    def reference() -> Reference:
+        ref = build_reference(timeline, names, quality)
+        _ = ref.steps, ref.span_sums  # what every policy's figures read
+        return ref
+
+    ref, _, ref_s = _timed(reference)
+    obtainable = [timeline.obtainable_ticks(n) if n in timeline.names else timeline.ticks
+                  for n in names]
+    _, _, figures_s = _timed(lambda: [summarise(
+        rep, quality=quality, cost_per_hour=cost, serves=serves, reference=ref,
+        cost_oracle=1.0, obtainable_ticks=obtainable, flap_window_s=TICK_S)
+        for rep in [oracle, *replays]])
+    return {"align": round(align_s, 3), "oracle_replay": round(oracle_s, 3),
+            "reference": round(ref_s, 3), "policies": round(policies_cpu_s, 3),
+            "figures": round(figures_s, 3)}
 
 
 def year_case() -> dict[str, Any]:
