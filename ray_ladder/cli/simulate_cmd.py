@@ -14,7 +14,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from ray_ladder.cli.simulate_sections import loss_lines, request_lines
-from ray_ladder.cli.simulate_sets import emit_sets, run_sets, set_values
+from ray_ladder.cli.simulate_sets import emit_sets, run_sets, set_values, write_json
 from ray_ladder.core.spec import load_ladder
 from ray_ladder.simulate.api import simulate as run_simulation
 from ray_ladder.simulate.baselines import ALL, POLICIES
@@ -374,18 +374,7 @@ def _emit(report: SimulationReport, json_out: str | None, plot_out: str | None) 
         console.print(f"[bold red]{head}[/]: {escape(note.text)}")
     for line in [*request_lines(report), *loss_lines(report)]:
         console.print(escape(line))
-    if json_out == "-":
-        click.echo(report.to_json())
-    elif json_out:
-        path = Path(json_out)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(report.to_json() + "\n", encoding="utf-8")
-        except OSError as err:
-            click.echo(f"error: cannot write the JSON report to {path}: {err.strerror}. "
-                       "Fix: give a writable path, or - for stdout", err=True)
-            sys.exit(2)
-        console.print(f"JSON report: {path}")
+    write_json(report.to_json(), json_out, console)
     if plot_out:
         from ray_ladder.simulate.plot import plot_report
 

@@ -150,18 +150,7 @@ def emit_sets(out: TraceSetReport, json_out: str | None) -> None:
         for note in report.notes:
             head = "NOTE: above the oracle" if note.kind == "above_oracle" else "NOTE"
             console.print(f"[bold red]{head}[/] ({escape(name)}): {escape(note.text)}")
-    if json_out == "-":
-        click.echo(out.to_json())
-    elif json_out:
-        path = Path(json_out)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(out.to_json() + "\n", encoding="utf-8")
-        except OSError as err:
-            click.echo(f"error: cannot write the JSON report to {path}: {err.strerror}. "
-                       "Fix: give a writable path, or - for stdout", err=True)
-            sys.exit(2)
-        console.print(f"JSON report: {path}")
+    write_json(out.to_json(), json_out, console)
 
 
 def run_sets(ladder: Ladder, specs: Mapping[str, RungTraces], sets: Mapping[str, str],
@@ -173,3 +162,20 @@ def run_sets(ladder: Ladder, specs: Mapping[str, RungTraces], sets: Mapping[str,
     if plot_out:
         raise ValueError("--plot draws one trace set: drop --plot, or run one set")
     return simulate_sets(ladder, expand_sets(specs, sets), **options)
+
+
+def write_json(text: str, json_out: str | None, console: Console) -> None:
+    """The JSON report to stdout (``-``), to a file (its folder made; exit 2 naming the
+    path when it cannot be written) or nowhere (``None``)."""
+    if json_out == "-":
+        click.echo(text)
+    elif json_out:
+        path = Path(json_out)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text + "\n", encoding="utf-8")
+        except OSError as err:
+            click.echo(f"error: cannot write the JSON report to {path}: {err.strerror}. "
+                       "Fix: give a writable path, or - for stdout", err=True)
+            sys.exit(2)
+        console.print(f"JSON report: {path}")

@@ -6,14 +6,7 @@ from __future__ import annotations
 from ray_ladder import Ladder
 from ray_ladder.simulate import Trace, simulate
 from ray_ladder.simulate.baselines import RayNative
-
-TICK = 100.0
-H, A, L, C = "h100", "a100", "l4", "cpu"
-
-
-def bits(*values: int) -> Trace:
-    return Trace.from_steps([(i * TICK, bool(v)) for i, v in enumerate(values)],
-                            duration_s=len(values) * TICK, resolution_s=TICK)
+from tests.simulate.hand import TICK, A, C, H, L, bits
 
 
 def gpu_ladder(*, train: bool = False) -> Ladder:
