@@ -17,7 +17,7 @@ Prints one JSON object:
                                 *_primary_busy: the same with h100 present and busy, where
                                 Ray's scheduling is bimodal (see fallback(); every round is
                                 printed with its mode and the raylets' CPU)
-  large_result_ratio            40 calls each returning 8 MiB, ladder / plain, median of 6
+  large_result_ratio            40 calls each returning 8 MiB, ladder / plain, median of 4
                                 interleaved rounds' own ratios, who goes first
                                 alternating (goal <= 1.2)
   large_arg_ratio               40 calls each taking an 8 MiB argument by value (goal <= 1.2)
@@ -86,7 +86,7 @@ SPREAD_CPU_S = 0.25
 #: Untimed calls just before each timed fallback round: its leases are taken first.
 N_NATIVE_WARM = 100
 N_NATIVE = 600
-LARGE_ROUNDS = 6
+LARGE_ROUNDS = 4
 PENDING_TIMEOUT_S = 1.0
 RERUN_S = 3.0
 N_LARGE = 40
