@@ -37,22 +37,25 @@ test-tools:
 	  fi; \
 	fi
 
-# Two passes. First every test not marked `alone`, with two pytest-xdist workers when the
-# machine is quiet (tests/workers.py measures it: two Ray clusters at once beside another
-# Ray workload miss Ray's own start deadlines), a whole module per worker at a time;
-# then the `alone` modules, one process, nothing of the suite beside them: they measure
-# latency goals (only the modules that use the marker are collected for it: collecting the
-# whole suite again costs seconds). pytest exits 5 when it collects no test: a failure of
-# the suite, say so.
+# Two passes. First the `alone` modules, one process, nothing of the suite beside them:
+# they measure latency goals (only the modules that use the marker are collected for it:
+# collecting the whole suite again costs seconds). Then every other test, with two
+# pytest-xdist workers when the machine is quiet (tests/workers.py measures it: two Ray
+# clusters at once beside another Ray workload miss Ray's own start deadlines), a whole
+# module per worker at a time. The big pass runs last so that its summary (the failures,
+# `-ra`) is the end of the output, where a CI log's tail shows it; a closing line gives
+# both passes' exit codes. pytest exits 5 when it collects no test: a failure of the
+# suite, say so.
 TEST_WORKERS ?=
 test: $(VENV)/.test-installed test-tools
 	$(VENV)/bin/ruff check .
 	@w="$(TEST_WORKERS)"; [ -n "$$w" ] || w=$$($(PY) tests/workers.py || echo 0); \
-	echo "pytest workers: $$w (0: one process), then the 'alone' modules in one"; \
-	$(PY) -m pytest -n $$w --dist loadfile -m "not alone"; rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; \
+	echo "the 'alone' modules in one process, then pytest workers: $$w (0: one process)"; \
 	$(PY) -m pytest -n 0 -m alone $$(grep -rl --include='test_*.py' 'mark.alone' tests); rc2=$$?; \
+	$(PY) -m pytest -n $$w --dist loadfile -m "not alone"; rc=$$?; \
+	echo "make test: the 'alone' pass exited $$rc2, the main pass $$rc (0: passed)"; \
 	if [ $$rc2 -eq 5 ]; then echo "pytest collected no 'alone' tests" >&2; exit 1; fi; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; \
 	if [ $$rc -ne 0 ]; then exit $$rc; fi; exit $$rc2
 
 lint: $(VENV)/.test-installed
