@@ -45,12 +45,12 @@ did) for the ladder and for the backend directly, LiteLLM's own async generator
 ``time.monotonic()`` when the loop gets it and with the chunk's ``model``, which is the
 backend that produced it (the ladder reports the rung's model, LiteLLM the deployment's).
 
-1. **Overhead, everything healthy.** ``--rounds`` rounds; each round runs
-   ``--requests`` sequential streamed requests of ``--overhead-tokens`` tokens against
-   ``direct`` (the primary backend), ``ladder`` and ``litellm``, in an order that rotates
-   every round. Overhead = the system's median latency (request to last piece) less
-   direct's, within the round; reported: the median over rounds (``overhead_p50_s``) and
-   the spread (min, max over rounds); the same for time to first token.
+1. **Overhead, everything healthy.** ``--rounds`` x ``--requests`` turns; in each turn
+   one streamed request of ``--overhead-tokens`` tokens to ``direct`` (the primary
+   backend), ``ladder`` and ``litellm``, one after the other, in an order that rotates
+   every turn. A request's overhead = its latency (request to last piece) less direct's
+   in the same turn; reported: the median over every turn (``overhead_p50_s``) and each
+   round's median with their min and max; the same for time to first token.
 2. **Kill and restart, per system in turn (ladder, litellm, litellm_httpx_transport).**
    ``--streams`` concurrent streams of ``--tokens`` tokens start together; ``--kill-after-s``
    later the primary backend's process gets SIGKILL; ``--down-s`` after the kill it is
@@ -310,44 +310,45 @@ class LiteLLMSystem(System):
 
 async def overhead(systems: list[System], direct: System, rounds: int, requests: int,
                    tokens: int) -> dict[str, Any]:
-    """Per round: ``requests`` sequential requests per system, order rotating; overhead =
-    the system's median less direct's within the round."""
+    """``rounds`` x ``requests`` turns; in each turn one request per system, one after the
+    other, in an order that rotates every turn. A request's overhead = its latency less
+    direct's in the same turn: the pair is a fraction of a second apart, so the machine's
+    drift (other work, CPU frequency) hits both alike. Reported: the median over every
+    turn, and the median of each round's turns (its spread)."""
     order = [direct, *systems]
     total: dict[str, list[float]] = {s.name: [] for s in order}
     first: dict[str, list[float]] = {s.name: [] for s in order}
-    per_round: dict[str, list[tuple[float, float]]] = {s.name: [] for s in systems}
+    paired: dict[str, list[tuple[float, float]]] = {s.name: [] for s in systems}
     want = expected(tokens)
-    for i in range(rounds):
-        turn = order[i % len(order):] + order[:i % len(order)]
-        med: dict[str, tuple[float, float]] = {}
-        for system in turn:
-            lat, ttft = [], []
-            for _ in range(requests):
-                s = await system.stream(tokens)
-                if s.error or s.text != want:
-                    raise SystemExit(f"{system.name} failed while healthy: {s.error} "
-                                     f"{s.text!r}")
-                lat.append(s.pieces[-1][0] - s.started)
-                ttft.append(s.pieces[0][0] - s.started)
-            total[system.name] += lat
-            first[system.name] += ttft
-            med[system.name] = (statistics.median(lat), statistics.median(ttft))
+    for turn_no in range(rounds * requests):
+        k = turn_no % len(order)
+        turn: dict[str, tuple[float, float]] = {}
+        for system in order[k:] + order[:k]:
+            s = await system.stream(tokens)
+            if s.error or s.text != want:
+                raise SystemExit(f"{system.name} failed while healthy: {s.error} {s.text!r}")
+            turn[system.name] = (s.pieces[-1][0] - s.started, s.pieces[0][0] - s.started)
+            total[system.name].append(turn[system.name][0])
+            first[system.name].append(turn[system.name][1])
         for system in systems:
-            per_round[system.name].append(
-                (med[system.name][0] - med[direct.name][0],
-                 med[system.name][1] - med[direct.name][1]))
+            paired[system.name].append((turn[system.name][0] - turn[direct.name][0],
+                                        turn[system.name][1] - turn[direct.name][1]))
     out: dict[str, Any] = {direct.name: {
         "latency_p50_s": round(statistics.median(total[direct.name]), 4),
         "ttft_p50_s": round(statistics.median(first[direct.name]), 4)}}
     for system in systems:
-        lat_o = [r[0] for r in per_round[system.name]]
-        ttft_o = [r[1] for r in per_round[system.name]]
+        lat_o = [p[0] for p in paired[system.name]]
+        ttft_o = [p[1] for p in paired[system.name]]
+        per_round = [statistics.median(lat_o[i:i + requests])
+                     for i in range(0, len(lat_o), requests)]
+        ttft_round = [statistics.median(ttft_o[i:i + requests])
+                      for i in range(0, len(ttft_o), requests)]
         out[system.name] = {
             "overhead_p50_s": round(statistics.median(lat_o), 4),
-            "overhead_spread_s": [round(min(lat_o), 4), round(max(lat_o), 4)],
-            "overhead_per_round_s": [round(x, 4) for x in lat_o],
+            "overhead_spread_s": [round(min(per_round), 4), round(max(per_round), 4)],
+            "overhead_per_round_s": [round(x, 4) for x in per_round],
             "ttft_overhead_p50_s": round(statistics.median(ttft_o), 4),
-            "ttft_overhead_spread_s": [round(min(ttft_o), 4), round(max(ttft_o), 4)],
+            "ttft_overhead_spread_s": [round(min(ttft_round), 4), round(max(ttft_round), 4)],
             "latency_p50_s": round(statistics.median(total[system.name]), 4),
             "ttft_p50_s": round(statistics.median(first[system.name]), 4),
             "overhead_requests": len(total[system.name])}
