@@ -96,6 +96,27 @@ def test_a_large_answer_stays_where_it_was_made(cluster):
     assert asyncio.run(asyncio.wait_for(awaited(), 60)) == 7.0
 
 
+def _store_used_mib() -> int:
+    """Bytes in every live node's object store, in MiB (the raylets' own figure)."""
+    from ray._private.internal_api import node_stats
+
+    return sum(node_stats(n["NodeManagerAddress"], n["NodeManagerPort"],
+                          include_memory_info=False).store_stats.object_store_bytes_used
+               for n in ray.nodes() if n["Alive"]) // MiB
+
+
+def test_a_dropped_large_answer_leaves_every_object_store(cluster):
+    # The orchestrator holds each answer's ref until the caller's ref goes: a cycle of
+    # its own (a call and its attempt) kept 2 copies of every answer (the rung node's and
+    # the driver node's) until its cyclic collector ran, which an idle actor never does.
+    wait_until(lambda: _store_used_mib() < 8, 30, 0.2, "the stores empty before the calls")
+    values = ray.get([big.remote(i) for i in range(10)], timeout=120)
+    assert [float(v[0]) for v in values] == [float(i) for i in range(10)]
+    assert _store_used_mib() >= 80  # 10 x 8 MiB, once on h100 at least
+    del values  # the driver drops them: every copy goes
+    wait_until(lambda: _store_used_mib() < 8, 30, 0.2, "the answers gone from every store")
+
+
 def test_size_hint_sizes_buffers_strings_and_containers_without_serializing():
     from ray_ladder.task.transfer import LARGE_BYTES, size_hint
 

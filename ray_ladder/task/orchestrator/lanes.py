@@ -118,6 +118,9 @@ class Lane:
 
     def _release(self, batch: Batch) -> None:
         """``batch``'s Ray task ended: its slot goes to the oldest waiting attempt (pump)."""
+        for call in batch.calls:  # a call and its attempt refer to each other: a cycle
+            if call.batch is batch:  # would keep its answer for the cyclic collector
+                call.batch = None
         if batch not in self.batches:
             return
         self.batches.discard(batch)
