@@ -8,7 +8,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,9 +24,8 @@ __all__ = ["FAST_HEALTH_CHECKS", "HEAD_TYPE", "NODE_TYPE_LABEL", "FakeNodes", "L
 logger = logging.getLogger(__name__)
 
 #: Health-check settings that notice a SIGKILLed node in about a second (default: ~14 s).
-#: A killed raylet refuses the check at once, so detection is about threshold x period;
-#: the longer timeout keeps a live but CPU-starved raylet (a loaded 2-core box) from being
-#: declared dead.
+#: A killed raylet refuses the check at once (detection: about threshold x period); the
+#: longer timeout keeps a live but CPU-starved raylet (a loaded 2-core box) alive.
 FAST_HEALTH_CHECKS: dict[str, Any] = {
     "health_check_initial_delay_ms": 0,
     "health_check_period_ms": 500,
@@ -376,10 +375,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def open_loop(send: Any, rate: float, duration_s: float, workers: int = 64) -> list[Any]:
-    """Call ``send(i)`` at ``rate`` a second for ``duration_s`` on a clock of its own
-    (open loop: a slow answer never delays the next call), ``workers`` at once at most;
-    return the results in call order (load for tests and ``bench/``).
+def open_loop(send: Any, rate: float, duration_s: float, workers: int = 64,
+              until: Callable[[], bool] | None = None) -> list[Any]:
+    """Call ``send(i)`` at ``rate`` a second for ``duration_s`` (or until ``until()``) on a
+    clock of its own (open loop: a slow answer never delays the next call), ``workers`` at
+    once at most; return the results in call order (load for tests and ``bench/``).
 
     Example:
         >>> open_loop(lambda i: i * i, rate=100, duration_s=0.05)
@@ -390,6 +390,8 @@ def open_loop(send: Any, rate: float, duration_s: float, workers: int = 64) -> l
     with ThreadPoolExecutor(workers) as pool:
         futures = []
         for i in range(calls):
+            if until is not None and until():
+                break
             ahead = start + i / rate - time.monotonic()
             if ahead > 0:
                 time.sleep(ahead)  # pacing the load, not waiting for a condition

@@ -94,8 +94,11 @@ def app(local_cluster):
         quick = {"graceful_shutdown_timeout_s": 1.0}
         options = dict.fromkeys(["h100", "a100", "l4"], quick)
         # l4 keeps no standby: unused, it scales to zero after Serve's downscale delay
-        # (600 s by default; short here so the test can watch it).
-        options["l4"] = {**quick, "autoscaling_config": {"downscale_delay_s": 1.0}}
+        # (600 s by default; short here so the test can watch it), once its request
+        # average over Serve's look-back window is 0 (30 s by default; 3 s here: Serve
+        # warns that it is shorter than its deprecated 10 s metrics interval).
+        options["l4"] = {**quick, "autoscaling_config": {"downscale_delay_s": 1.0,
+                                                         "look_back_period_s": 3.0}}
         handle = serve.run(build_app(LADDER, {"h100": Model, "a100": Model, "l4": Model},
                                      init_kwargs={"a100": {"greeting": "hallo"}},
                                      max_body_bytes=MAX_BODY, deployment_options=options,

@@ -187,9 +187,12 @@ def test_sustained_spill_is_demand_the_top_rung_grows_and_takes_it_back(app):
     grow = url + "/grow"
     wait_until(lambda: _state(client, grow)["current"] == "top", SLOW, 0.2, "grow app up")
     shots: list = []
-    # 32 s: outlasts the 25 s wait for growth + the 2 s settle (a loaded CI run grew at ~23 s)
+    grew: list[float] = []
+    # Until 5 s after the growth (the 2 s settle, then the share on top), 32 s at most: the
+    # 25 s wait for growth + the settle (a loaded CI run grew at ~23 s).
     load = threading.Thread(target=lambda: shots.extend(open_loop(
-        lambda i: (time.monotonic(), _post(client, grow)), rate=15, duration_s=32.0)))
+        lambda i: (time.monotonic(), _post(client, grow)), rate=15, duration_s=32.0,
+        until=lambda: bool(grew) and time.monotonic() > grew[0] + 5.0)))
     load.start()
     seen: list = []
 
@@ -205,6 +208,7 @@ def test_sustained_spill_is_demand_the_top_rung_grows_and_takes_it_back(app):
     try:
         wait_until(grown, 25.0, 0.5, "a second top replica while the spill lasts")
         grew_at = time.monotonic()
+        grew.append(grew_at)
     except TimeoutError:
         raise AssertionError(seen[-3:]) from None
     finally:

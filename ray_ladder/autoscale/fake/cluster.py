@@ -246,19 +246,25 @@ class FakeAutoscalingCluster:
         """Pids of every process this cluster started that is still alive."""
         return [] if self.sid is None else _session_pids(self.sid)
 
-    def shutdown(self, timeout_s: float = 20.0) -> None:
-        """Stop every process of this cluster (SIGTERM, then SIGKILL) and remove its files.
+    def shutdown(self, timeout_s: float = 10.0, grace_s: float = 1.0) -> None:
+        """Stop every process of this cluster (SIGTERM, ``grace_s`` later SIGKILL) and
+        remove its files.
+
+        The grace is short: the cluster keeps nothing worth a clean exit (its GCS is in
+        memory, its nodes are fake), Ray's own ``cluster_utils`` SIGKILLs its test nodes
+        without one, and here the GCS, the raylets and their agents catch SIGTERM and were
+        all still running 10 s after it.
 
         Raises:
-            RuntimeError: if a process of the cluster survives SIGKILL.
+            RuntimeError: if a process of the cluster survives SIGKILL for ``timeout_s``.
         """
         if self.sid is not None:
             self._signal_all(signal.SIGTERM)
-            deadline = time.monotonic() + timeout_s / 2
+            deadline = time.monotonic() + grace_s
             while self.processes() and time.monotonic() < deadline:
                 time.sleep(0.1)
             self._signal_all(signal.SIGKILL)
-            deadline = time.monotonic() + timeout_s / 2
+            deadline = time.monotonic() + timeout_s
             while self.processes() and time.monotonic() < deadline:
                 time.sleep(0.1)
             left = self.processes()
