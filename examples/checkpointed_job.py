@@ -7,7 +7,8 @@ committed checkpoint, runs its steps on the rung it was placed on, and checkpoin
         -- python examples/checkpointed_job.py
 
 Environment: ``TOTAL`` steps (150), ``EVERY`` steps between checkpoints (3), ``STEP_S``
-seconds per step (0.2); outside a run, ``PLACEMENT``: the Ray options of its worker (JSON).
+seconds per step (0.2), ``DONE_FILE`` (a path: once it exists the job ends at its next
+checkpoint, done); outside a run, ``PLACEMENT``: the Ray options of its worker (JSON).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import ray_ladder.jobs as lj
 TOTAL = int(os.environ.get("TOTAL", "150"))
 EVERY = int(os.environ.get("EVERY", "3"))
 STEP_S = float(os.environ.get("STEP_S", "0.2"))
+DONE_FILE = os.environ.get("DONE_FILE")
 
 
 @ray.remote
@@ -56,6 +58,8 @@ def main() -> None:
             with open(os.path.join(state, "state.json"), "w") as f:
                 json.dump({"step": step}, f)
             lj.report({"step": step}, checkpoint=state)  # a local dir or a ray.train.Checkpoint
+            if DONE_FILE and os.path.exists(DONE_FILE):
+                break
     print(f"done at step {step}", flush=True)
 
 

@@ -154,7 +154,10 @@ def test_the_job_falls_to_the_cloud_climbs_home_and_survives_the_head(stage: Any
     ladder_file.write_text(json.dumps(ladder_for(stage.onprem.address, stage.cloud.address)))
     store = RunStorage.open(stage.storage, "story")
     log, errors = tmp_path / "job.log", tmp_path / "events.log"
-    env = json.dumps({"env_vars": {"TOTAL": "170", "EVERY": str(EVERY), "STEP_S": "0.2"}})
+    # TOTAL: more steps than the story can take; it ends once attempt 4 has checkpointed.
+    done = tmp_path / "done"
+    env = json.dumps({"env_vars": {"TOTAL": "1000", "EVERY": str(EVERY), "STEP_S": "0.2",
+                                   "DONE_FILE": str(done)}})
     with log.open("w") as out, errors.open("w") as err:
         cli = subprocess.Popen(
             [sys.executable, "-m", "ray_ladder.cli", "submit", str(ladder_file),
@@ -185,6 +188,7 @@ def test_the_job_falls_to_the_cloud_climbs_home_and_survives_the_head(stage: Any
         wait_until(lambda: _latest(store).get("attempt", 0) >= 4, SLOW, 0.1,
                    "a checkpoint of attempt 4, in the cloud again")
         assert store.read("attempt.json")["cluster"] == "cloud"
+        done.touch()
         assert cli.wait(SLOW) == 0, errors.read_text()
     finally:
         watch.stop()
@@ -196,7 +200,8 @@ def test_the_job_falls_to_the_cloud_climbs_home_and_survives_the_head(stage: Any
                      "attempt 3 on onprem-gpu (cluster onprem): climb",
                      "on cloud-gpu (cluster cloud): lost", "run story: SUCCEEDED"):
         assert expected in events, events
-    assert "done at step 170" in log.read_text()
+    last = _latest(store)["step"]
+    assert last % EVERY == 0 and f"done at step {last}" in log.read_text()
     seen = {site for _, running, _ in watch.samples for site, ids in running.items() if ids}
     assert seen == {"onprem", "cloud"}  # the watch saw it run in each
     assert max(drivers for _, _, drivers in watch.samples) == 1  # and saw its driver
