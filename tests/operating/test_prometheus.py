@@ -109,7 +109,9 @@ def _slow_answers_until(url: str, found: Any, router: Any) -> None:
     try:
         wait_until(found, SLOW, 0.1, "h100 spilled past and found slow")
     except TimeoutError as err:
-        raise TimeoutError(f"{err}; router: {router()['metrics']}") from err
+        state = router()  # the counts, and each rung's replicas and load (in flight...)
+        raise TimeoutError(f"{err}; router: {state['metrics']}; rungs: {state['rungs']}") \
+            from err
     finally:
         stop.set()
         for thread in threads:

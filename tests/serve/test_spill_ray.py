@@ -160,6 +160,9 @@ def test_a_rung_made_slow_is_reported_slow_left_and_retried(app):
         assert state["current"] == "low"
         assert any(e["cause"] == "slow" and e["from"] == "top" for e in state["events"])
         assert state["metrics"]["slow"] == {"top": 1}
+        top = state["load"]["top"]  # what the router's estimates use, per rung
+        assert top["slow"] is True and "against the 1s target" in top["slow_reason"]
+        assert top["service_s"] > 2 * SERVICE_S and top["in_flight"] >= 0  # an average
         answers = [_post(client, url) for _ in range(5)]
         assert [a[1] for a in answers] == ["low"] * 5
         # `ray-ladder status` says so, with the reason.
