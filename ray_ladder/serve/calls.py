@@ -187,10 +187,11 @@ class RungCaller:
                     book.left(rung, asyncio.get_running_loop().time() - sent, ahead)
                 book.ended(rung)
             raise
-        gen = self._streams[rung].remote(request)
-        waiting: asyncio.Future[Any] = asyncio.ensure_future(ray_private.replica_assigned(gen))
+        gen = waiting = None
         finished = False
-        try:
+        try:  # from the send on: whatever happens, the place and the count go back
+            gen = self._streams[rung].remote(request)
+            waiting = asyncio.ensure_future(ray_private.replica_assigned(gen))
             await self._stream_taken(rung, waiting, down, self.dead_after(warm), give_up_s,
                                      elsewhere)
             taken = self._last_alive[rung] = asyncio.get_running_loop().time()
@@ -213,8 +214,9 @@ class RungCaller:
                 raise
             raise failed from err
         finally:
-            waiting.cancel()
-            if not finished:
+            if waiting is not None:
+                waiting.cancel()
+            if gen is not None and not finished:
                 gen.cancel()
             if book is not None:
                 book.ended(rung)
@@ -323,12 +325,13 @@ class RungCaller:
             if book is not None:
                 book.ended(rung)
             raise
-        response = handle.remote(*args)
-        # The two halves of `await response`, so the wait for a replica and the wait for
-        # the answer get their own limits.
-        waiting: asyncio.Future[Any] = asyncio.ensure_future(
-            ray_private.replica_assigned(response))
-        try:
+        response: Any = None
+        waiting: asyncio.Future[Any] | None = None
+        try:  # from the send on: whatever happens, the place and the count go back
+            response = handle.remote(*args)
+            # The two halves of `await response`, so the wait for a replica and the wait
+            # for the answer get their own limits.
+            waiting = asyncio.ensure_future(ray_private.replica_assigned(response))
             replica_result = await self._until_taken(rung, waiting, down, dead_s, elsewhere)
             assigned.set_result(None)
             taken = self._last_alive[rung] = loop.time()
@@ -347,8 +350,10 @@ class RungCaller:
                 raise RungFailed("rung went down while the request ran")
             raise RungFailed(f"no answer within {answer_s:g}s", timeout=True)
         except (RungFailed, asyncio.CancelledError):
-            waiting.cancel()
-            response.cancel()
+            if waiting is not None:
+                waiting.cancel()
+            if response is not None:
+                response.cancel()
             raise
         except Exception as err:
             failed = rung_failure(err)
