@@ -24,6 +24,18 @@ def cluster():
         yield c
 
 
+def _changes(samples: list[dict], since: float) -> list[tuple]:
+    """The timeline where it changed: (seconds since ``since``, serving, asked, cloud
+    nodes), for a failure to say what the hook and the autoscaler did."""
+    out, last = [], None
+    for s in samples:
+        now = (s["serving"], s["asked"], s["cloud_nodes"])
+        if now != last:
+            out.append((round(s["time"] - since, 2), *now))
+            last = now
+    return out
+
+
 def test_cloud_is_bought_only_while_on_prem_is_full_and_given_back(cluster) -> None:
     from ray_ladder.fleet import start_arbiter
 
@@ -34,7 +46,8 @@ def test_cloud_is_bought_only_while_on_prem_is_full_and_given_back(cluster) -> N
     # the hook asked for the cloud rung only after a's reclaim, and never before it
     assert not any(s["asked"] or s["cloud_nodes"] for s in samples if s["time"] < reclaim_at)
     assert launches and all(e["time"] >= reclaim_at for e in launches)
-    assert len(launches) == 1  # once: on-prem freed before a second could be bought
+    # once: on-prem freed before a second could be bought
+    assert len(launches) == 1, (launches, _changes(samples, reclaim_at), home_at - reclaim_at)
     # b's work moved to the cloud and came home; nothing was lost
     rungs = {rung for rung, _ in answers}
     assert {"h100", "a100-cloud"} <= rungs
