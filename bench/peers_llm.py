@@ -517,8 +517,8 @@ def main() -> None:
     parser.add_argument("--down-s", type=float, default=3.0)
     parser.add_argument("--back-timeout-s", type=float, default=40.0)
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--requests", type=int, default=10, help="per system per round")
-    parser.add_argument("--overhead-tokens", type=int, default=4)
+    parser.add_argument("--requests", type=int, default=20, help="per system per round")
+    parser.add_argument("--overhead-tokens", type=int, default=1)
     parser.add_argument("--no-ladder", action="store_true", help="LiteLLM alone (no Ray)")
     parser.add_argument("--no-variant", action="store_true",
                         help="skip litellm_httpx_transport")
