@@ -39,15 +39,15 @@ class Race:
 
     A request goes to the rung its walk picked. When no replica of that rung takes it
     within ``assign_timeout_s`` and the rung answered nobody else meanwhile (so it is not
-    merely busy), a copy goes to the next rung (``RouterState.hedge_target``); the first
-    answer wins and the ladder does not move for it. A request no rung raced has taken by
-    the walk's deadline (arrival + ``pending_timeout_s``; a warm rung tried after it gets
-    one ``assign_timeout_s`` window; a cold rung is waited for while it starts a replica)
-    leaves their queues
-    (:class:`RungFull`, an attempt with cause ``busy``; no rung is marked down) and the
-    walk goes on: a lower rung with room, else the shed rung's 503. Each
-    copy is counted (``hedged``: ``ladder_hedges{rung}``, the rung that was slow), so a
-    user sees how many requests paid the hedge's wait.
+    merely busy), a copy goes to the next warm rung (``RequestView.hedge_target``; never
+    to a cold one); the first answer wins and the ladder does not move for it. A request
+    no rung raced has taken by the walk's deadline (arrival + ``pending_timeout_s``; a
+    warm rung tried after it gets one ``assign_timeout_s`` window; a cold rung is waited
+    for while it starts a replica) leaves their queues (:class:`RungFull`, an attempt
+    with cause ``busy``; no rung is marked down) and the walk goes on: a lower rung with
+    room, else the shed rung's 503. Each copy is counted (``hedged``:
+    ``ladder_hedges{rung}``, the rung that was slow), so a user sees how many requests
+    paid the hedge's wait.
 
     Args:
         caller: Sends requests to rung deployments.
@@ -126,7 +126,7 @@ class Race:
                     hedge_at = loop.time() + assign_s
                     continue
                 hedged = True
-                target = view.best_compute(walk.excluded)
+                target = view.hedge_target(walk.excluded)
                 if target is not None:
                     walk.enter(target)
                     self._hedged(name)

@@ -251,10 +251,10 @@ class RouterState:
         self._health[rung] = self._health[rung].slowed(reason, until)
         return self._observe_all(now)
 
-    def hedge_target(self, selector: Selector, exclude: set[str]) -> str | None:
-        """Where to send a copy of a request whose rung is slow to take it: the best
-        obtainable eligible compute rung not in ``exclude``. Reads the state only; the
-        ladder itself moves by the selectors' decisions."""
+    def best_compute(self, selector: Selector, exclude: set[str]) -> str | None:
+        """The best obtainable eligible compute rung of ``selector`` not in ``exclude``
+        (where a request goes on to, or a copy of it). Reads the state only; the ladder
+        itself moves by the selectors' decisions."""
         return selector.best_obtainable(self._view(selector), compute_only=True,
                                         exclude=exclude)
 

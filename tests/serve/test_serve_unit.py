@@ -234,7 +234,7 @@ def test_a_rung_the_hook_released_is_left_out_only_where_a_better_rung_serves():
     state.selector(EU, 0)  # an eu selector: a100 (eu) is its best rung
     # The hook released a100 (h100 came back): unconstrained requests leave it ...
     state.observe(running, ALL_UP, now=0.5, held=["a100"])
-    assert state.hedge_target(state.selector(None, 0.5), {"h100"}) == "l4"
+    assert state.best_compute(state.selector(None, 0.5), {"h100"}) == "l4"
     # ... eu requests keep it: no better rung is eligible for them.
     assert state.selector(EU, 0.5).current == "a100"
     assert state.held_everywhere(now=0.5) == set()  # eu requests may still come
@@ -243,7 +243,7 @@ def test_a_rung_the_hook_released_is_left_out_only_where_a_better_rung_serves():
     assert state.snapshot(0.5)["rungs"][1]["released_by_hook"] is True
     # With h100 gone, a100 is the best the unconstrained requests have: not left out.
     state.observe(running, {**ALL_UP, "h100": False}, now=1.0, held=["a100"])
-    assert state.hedge_target(state.selector(None, 1.0), set()) == "a100"
+    assert state.best_compute(state.selector(None, 1.0), set()) == "a100"
 
 
 def test_a_released_rung_no_selector_may_use_is_not_kept_warm():
@@ -437,13 +437,13 @@ def test_other_compute_rung_is_what_a_timeout_may_fall_to():
     assert not eu.has_other_compute("a100")  # l4 has no node: only cache is left
 
 
-def test_hedge_target_is_the_best_other_obtainable_compute_rung():
+def test_best_compute_is_the_best_other_obtainable_compute_rung():
     state = _state()
     state.observe({"h100": 1, "a100": 1, "l4": 0}, ALL_UP, now=0)
     everyone = state.selector(None, 0)
-    assert state.hedge_target(everyone, {"h100"}) == "a100"
-    assert state.hedge_target(everyone, {"h100", "a100"}) == "l4"
-    assert state.hedge_target(state.selector(EU, 0), {"a100", "l4"}) is None  # never h100
+    assert state.best_compute(everyone, {"h100"}) == "a100"
+    assert state.best_compute(everyone, {"h100", "a100"}) == "l4"
+    assert state.best_compute(state.selector(EU, 0), {"a100", "l4"}) is None  # never h100
 
 
 def test_the_example_serve_config_builds(monkeypatch):

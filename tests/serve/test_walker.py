@@ -38,10 +38,12 @@ class Rig:
 
     def __init__(self, caller: FakeRungCaller, placeable: dict[str, bool] = UP,
                  ladder: Ladder = LADDER, cache: AnswerCache | None = None,
-                 book: LoadBook | None = None) -> None:
+                 book: LoadBook | None = None, cold: frozenset[str] = frozenset()) -> None:
         self.caller = caller
         self.state = RouterState(ladder, down_cooldown_s=60.0)
-        self.state.observe({n: 1 for n, ok in placeable.items() if ok}, placeable, now=0.0)
+        # A cold rung: its node is up, no replica runs (no standby: obtainable, cold).
+        self.state.observe({n: 0 if n in cold else 1 for n, ok in placeable.items() if ok},
+                           placeable, now=0.0)
         self.metrics = LadderMetrics(ladder, enabled=False, app="walker")
         self.background: list[asyncio.Task[Any]] = []
         self.probed: asyncio.Future[None] | None = None
@@ -104,6 +106,24 @@ def test_a_request_its_rung_does_not_take_is_copied_once_and_counted() -> None:
     rig = Rig(caller)
     assert rig.run(lambda: rig.walker.answer({}, None)).rung == "a100"
     assert caller.sent == ["h100", "a100"] and rig.counts["hedges"] == {"h100": 1}
+
+
+def test_a_rung_slow_to_take_a_request_wakes_no_cold_rung() -> None:
+    # A moment's lull on the serving rung (a busy machine): a copy to a rung with no
+    # running replica could not answer sooner and would start one, so none goes there.
+    caller = FakeRungCaller({"h100": FakeRung(take_s=4 * 0.05), "a100": None})
+    rig = Rig(caller, cold=frozenset({"a100"}))
+    assert rig.state.obtainable(0.0)["a100"] and not rig.state.is_warm("a100")
+    assert rig.run(lambda: rig.walker.answer({}, None)).rung == "h100"
+    assert caller.sent == ["h100"] and rig.counts["hedges"] == {}
+
+
+def test_a_stream_its_rung_is_slow_to_take_waits_there_when_below_is_cold() -> None:
+    caller = FakeRungCaller({"h100": FakeRung(take_s=4 * 0.05), "a100": None})
+    rig = Rig(caller, cold=frozenset({"a100"}))
+    pieces, _ = rig.run(rig.stream)
+    assert {r for r, _ in pieces} == {"h100"} and caller.sent == ["h100"]
+    assert rig.counts["hedges"] == {}
 
 
 def test_a_busy_rung_is_waited_for_not_hedged() -> None:

@@ -166,7 +166,9 @@ class StreamDriver:
         late = self._late
         stream = caller.stream(
             name, rest.to_dict(), warm=self.router.router_state.is_warm(name),
-            give_up_s=caller.assign_timeout_s if first_try else None,
+            # Started elsewhere when slow to be taken: only where a replica runs.
+            give_up_s=caller.assign_timeout_s if first_try
+            and view.hedge_target(walk.excluded | {name}) is not None else None,
             elsewhere=lambda: view.has_other_compute(name, walk.excluded),
             late_s=late.late_s if late.moves_left > 0 else None,
             may_move=lambda: self._may_move(view, walk, name),
