@@ -143,7 +143,6 @@ class LadderView(Protocol):
     @property
     def eligible(self) -> Sequence[str]: ...
     def best_compute(self, exclude: set[str]) -> str | None: ...
-    def hedge_target(self, exclude: set[str]) -> str | None: ...
     def can_come_back(self) -> bool: ...
     def expected_s(self, rung: str, kind: str, now: float) -> float: ...
     def own_s(self, rung: str, kind: str) -> float: ...
@@ -182,16 +181,11 @@ class RequestView:
         return self._state.best_compute(self._selector, exclude)
 
     def hedge_target(self, exclude: set[str]) -> str | None:
-        """Where a copy of a request its rung is slow to take may go: the best obtainable
-        eligible compute rung not in ``exclude`` that has a RUNNING replica. A cold rung
-        cannot answer sooner than a slow warm one, and a copy would wake it (a node, a
-        replica that stays for its downscale delay) for what may be a moment's lull; a
-        rung that is really gone is taken away by the probe and its requests fall."""
-        exclude = set(exclude)
-        while (target := self.best_compute(exclude)) is not None \
-                and not self._state.is_warm(target):
-            exclude.add(target)
-        return target
+        """Where a copy of a request its rung is slow to take goes: :meth:`best_compute`
+        among rungs with a RUNNING replica (a cold one could not answer sooner, and a
+        copy would start a replica and node for what may be a moment's lull)."""
+        cold = {n for n in self.eligible if not self._state.is_warm(n)}
+        return self.best_compute(set(exclude) | cold)
 
     def can_come_back(self) -> bool:
         """Whether an eligible compute rung can come back without new capacity."""
