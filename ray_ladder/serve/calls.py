@@ -108,6 +108,8 @@ class RungCaller:
                                          return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             take.cancel()
+            if take.done() and not take.cancelled() and take.result():
+                self.places.give_back(rung)  # handed a place just as it was cancelled
             raise
         if take in done:
             return take.result()

@@ -51,6 +51,11 @@ class Places:
         """Requests waiting for a place on ``rung``."""
         return len(self._queue.get(rung, ()))
 
+    def snapshot(self, rung: str) -> dict[str, int]:
+        """JSON-ready queue of ``rung``: places (0: not gated), in use, waiting."""
+        return {"places": self._capacity.get(rung, 0), "places_in_use": self.in_use(rung),
+                "waiting_for_place": self.waiting(rung)}
+
     async def take(self, rung: str) -> bool:
         """Wait for a place on ``rung`` (first come, first served). ``True``: a place
         was taken and must be given back (:meth:`give_back`); ``False``: the rung is not

@@ -174,8 +174,10 @@ class LadderRouter:
         out["probe_errors"] = self._prober.errors
         out["spill_wants_replicas"] = self._prober.spill_wanted
         book = self._caller.book  # each rung's load as the router's estimates see it
+        places = self._caller.places  # and the router's own queue for each rung's places
         out["load"] = {} if book is None else {
-            rung: book.snapshot(rung, self._clock()) for rung in book.rungs}
+            rung: {**book.snapshot(rung, self._clock()), **places.snapshot(rung)}
+            for rung in book.rungs}
         out["last_probe_s"] = round(self._prober.last_s, 4)
         out["max_loop_lag_s"] = round(self._prober.max_lag_s, 4)  # since the last read
         self._prober.max_lag_s = 0.0

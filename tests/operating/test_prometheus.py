@@ -110,8 +110,8 @@ def _slow_answers_until(url: str, found: Any, router: Any) -> None:
         wait_until(found, SLOW, 0.1, "h100 spilled past and found slow")
     except TimeoutError as err:
         state = router()  # the counts, and each rung's replicas and load (in flight...)
-        raise TimeoutError(f"{err}; router: {state['metrics']}; rungs: {state['rungs']}") \
-            from err
+        raise TimeoutError(f"{err}; router: {state['metrics']}; rungs: {state['rungs']}; "
+                           f"load: {state['load']}") from err
     finally:
         stop.set()
         for thread in threads:

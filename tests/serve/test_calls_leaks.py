@@ -64,3 +64,32 @@ def test_a_refused_stream_gives_back_its_place_and_its_count() -> None:
     assert caller.book is not None
     assert caller.book.rungs["h100"].in_flight == 0
     assert caller.places.in_use("h100") == 0
+
+
+@pytest.mark.parametrize("steps", range(6))
+def test_a_request_cancelled_as_a_place_frees_gives_the_place_back(steps: int) -> None:
+    """A request waiting for a place is cancelled (a hedge's loser, a request leaving a
+    full rung's queue at its deadline, a client gone) around the moment a place is handed
+    to it: whichever loop step the cancel lands on, the place goes back."""
+    async def run() -> RungCaller:
+        caller = _caller()
+        held = [await caller.places.take("h100") for _ in range(2)]  # both places busy
+        assert held == [True, True]
+        pending = caller.start("h100", {"q": 1}, warm=True)
+        while caller.places.waiting("h100") == 0:
+            await asyncio.sleep(0)  # not a clock: one loop step until it queues
+        caller.places.give_back("h100")  # a place frees: handed to the waiting request
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        pending.cancel()
+        with pytest.raises((asyncio.CancelledError, RuntimeError)):
+            await pending.task
+        caller.places.give_back("h100")  # the other holder ends
+        return caller
+
+    caller = asyncio.run(run())
+    assert caller.book is not None
+    assert caller.book.rungs["h100"].in_flight == 0
+    # As `GET /-/ladder` shows it under `load` (a leak: places_in_use stays up for good).
+    assert caller.places.snapshot("h100") == {"places": 2, "places_in_use": 0,
+                                              "waiting_for_place": 0}, "a place was leaked"
