@@ -205,7 +205,17 @@ def test_the_checkpoints_are_in_the_s3_bucket(story: Any, s3: Any) -> None:
 
 def test_the_result_carries_the_path_time_and_cost(story: Any) -> None:
     summary = story.result.ladder
-    assert summary.path == ["h100x8", "a100x8", "h100x8"]
+    # Each worker group is a span: a busy machine may make Train restart a group on the
+    # same rung (a fresh clone beside other Ray work ended h100x8 -> a100x8 -> h100x8 ->
+    # h100x8). That is a restart, not a move; the rungs the run moved through are these.
+    path = summary.path
+    moved = [rung for i, rung in enumerate(path) if i == 0 or rung != path[i - 1]]
+    assert moved == ["h100x8", "a100x8", "h100x8"], summary.text()
+    spans = summary.spans
+    restarts = [a for a, b in zip(spans, spans[1:], strict=False) if a.rung == b.rung]
+    failed = ("workers failed", "workers lost", "node lost", "failed")  # Train retried it
+    assert all(a.ended_by in failed for a in restarts), \
+        summary.text()
     assert summary.moves == 2 and summary.spans[-1].ended_by == "completed"
     assert set(summary.per_rung) == {"h100x8", "a100x8"}
     rates = {r.name: r.cost_per_hour for r in LADDER.rungs}
