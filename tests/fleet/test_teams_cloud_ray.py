@@ -46,8 +46,14 @@ def test_cloud_is_bought_only_while_on_prem_is_full_and_given_back(cluster) -> N
     # the hook asked for the cloud rung only after a's reclaim, and never before it
     assert not any(s["asked"] or s["cloud_nodes"] for s in samples if s["time"] < reclaim_at)
     assert launches and all(e["time"] >= reclaim_at for e in launches)
-    # once: on-prem freed before a second could be bought
-    assert len(launches) == 1, (launches, _changes(samples, reclaim_at), home_at - reclaim_at)
+    # once: the hook asked for the cloud rung one time (no ask after it let go) and never
+    # held two cloud nodes; Ray's autoscaler may relaunch a node that did not join in time
+    # on a starved machine (3 launches, one node, in a run at load average 18): its retry.
+    asks = [False] + [s["asked"] for s in samples if s["time"] >= reclaim_at]
+    rises = sum(1 for a, b in zip(asks, asks[1:], strict=False) if b and not a)
+    timeline = (launches, _changes(samples, reclaim_at), home_at - reclaim_at)
+    assert rises == 1, timeline
+    assert max(s["cloud_nodes"] for s in samples) == 1, timeline
     # b's work moved to the cloud and came home; nothing was lost
     rungs = {rung for rung, _ in answers}
     assert {"h100", "a100-cloud"} <= rungs
