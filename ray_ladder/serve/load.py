@@ -20,6 +20,13 @@ selectors count it unobtainable until its retry (the ladder falls at once, cause
 slow (at most 8x); at the retry its estimate is forgotten, the selectors climb back to
 it with their hysteresis, and its first answers decide (one over target makes it slow
 again at once).
+
+An estimate no answer refreshes is *stale*: a rung with nothing in flight whose last
+answer is ``slow_after_s`` old. A request that spent part of its target before the walk
+can spill past a rung whose estimate sits just under the target, which is then neither
+sent anything nor found slow: its estimate would hold for good. So a stale rung is
+expected at once (as if never timed) for the one request sent there, and that request's
+answer replaces the old estimate (:meth:`LoadBook.expected_s`).
 """
 
 from __future__ import annotations
@@ -29,7 +36,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from ray_ladder.core.backoff import Backoff, FailureStreak
+from ray_ladder.core.backoff import Backoff
+from ray_ladder.serve.slow import SlowState
 
 #: Weight of the newest answer in a rung's service-time average.
 ALPHA = 0.3
@@ -89,79 +97,6 @@ def expected_s(in_flight: int, slots: int, service_s: float | None,
     return ahead * per_place + (own if own is not None else service_s)
 
 
-@dataclass(frozen=True, slots=True)
-class SlowState:
-    """Whether a rung is slow, from its timed answers.
-
-    Attributes:
-        breach_since: When the current run of answers over target began (``None``: the
-            last answer met it).
-        slow_since: When it was found slow (``None``: not slow).
-        retry_at: When a slow rung is tried again.
-        streak: Slow spells, each found within one retry delay of the last retry.
-        reason: Why it is slow (a sentence for ``GET /-/ladder`` and events).
-    """
-
-    breach_since: float | None = None
-    slow_since: float | None = None
-    retry_at: float = -math.inf
-    streak: FailureStreak = FailureStreak()
-    reason: str | None = None
-
-    def is_slow(self, now: float) -> bool:
-        """Slow and not yet due for a retry."""
-        return self.slow_since is not None and now < self.retry_at
-
-    def on_trial(self, now: float) -> bool:
-        """Found slow and past its retry delay: its next answers decide."""
-        return self.slow_since is not None and now >= self.retry_at
-
-    def answered(self, service_s: float, target_s: float, now: float, slow_after_s: float,
-                 backoff: Backoff) -> SlowState:
-        """One answer took ``service_s`` against ``target_s`` at ``now``.
-
-        Example:
-            >>> b = Backoff(base_s=10.0, cap_s=80.0)
-            >>> s = SlowState().answered(2.0, 1.0, 0.0, 10.0, b)
-            >>> s.answered(2.0, 1.0, 10.0, 10.0, b).is_slow(10.0)
-            True
-            >>> s.answered(0.5, 1.0, 5.0, 10.0, b).breach_since is None
-            True
-        """
-        if service_s <= target_s:
-            return SlowState(streak=self.streak)  # met: neither breaching nor slow
-        since = self.breach_since if self.breach_since is not None else now
-        if self.on_trial(now) or (self.slow_since is None and now - since >= slow_after_s):
-            return self._found(since, service_s, target_s, now, backoff)
-        return replace(self, breach_since=since)
-
-    def reviewed(self, estimate_s: float | None, target_s: float, now: float,
-                 slow_after_s: float, backoff: Backoff) -> SlowState:
-        """No answer came, but the rung's estimate still breaks ``target_s`` at ``now``
-        (requests spill past it, so none comes): slow once that lasted ``slow_after_s``.
-
-        Example:
-            >>> b = Backoff(base_s=10.0, cap_s=80.0)
-            >>> s = SlowState().answered(2.0, 1.0, 0.0, 10.0, b)
-            >>> s.reviewed(2.0, 1.0, 9.0, 10.0, b).is_slow(9.0)
-            False
-            >>> s.reviewed(2.0, 1.0, 10.0, 10.0, b).is_slow(10.0)
-            True
-        """
-        since = self.breach_since
-        if since is None or self.slow_since is not None or estimate_s is None \
-                or estimate_s <= target_s or now - since < slow_after_s:
-            return self
-        return self._found(since, estimate_s, target_s, now, backoff)
-
-    def _found(self, since: float, took_s: float, target_s: float, now: float,
-               backoff: Backoff) -> SlowState:
-        streak = self.streak.after_failure(now, backoff)
-        reason = (f"its replicas took {took_s:.2f}s against the {target_s:g}s target "
-                  f"(queue left out) for {now - since:.1f}s")
-        return SlowState(since, now, now + streak.cooldown_s, streak, reason)
-
-
 @dataclass(slots=True)
 class RungLoad:
     """One rung's load as the router sees it.
@@ -193,6 +128,10 @@ class RungLoad:
     retrying: bool = False
     #: When requests spilled past it (the last ``SPILL_WINDOW_S``).
     spills: deque[float] = field(default_factory=deque)
+    #: When its last answer (or first piece) was timed; ``None``: never.
+    timed_at: float | None = None
+    #: A request re-times its stale estimate: the next time replaces the average.
+    retiming: bool = False
 
 
 def _average(old: float | None, sample: float) -> float:
@@ -205,9 +144,10 @@ def _deviation(dev: float, mean: float | None, sample: float) -> float:
 
 
 def _served(load: RungLoad, service_s: float) -> None:
-    """One service time, into the rung's average and its mean deviation."""
+    """One service time, into the rung's average and its mean deviation (it replaces a
+    stale average being re-timed)."""
     load.service_dev_s = _deviation(load.service_dev_s, load.service_s, service_s)
-    load.service_s = _average(load.service_s, service_s)
+    load.service_s = service_s if load.retiming else _average(load.service_s, service_s)
 
 
 class LoadBook:
@@ -280,13 +220,15 @@ class LoadBook:
         """A replica of ``rung`` answered ``service_s`` seconds after it took a request."""
         load = self.rungs[rung]
         _served(load, service_s)
+        load.timed_at, load.retiming = now, False
         self._judge(rung, load, self._targets["answer"], service_s, now)
 
     def first_piece(self, rung: str, first_s: float, now: float) -> None:
         """A replica of ``rung`` sent a stream's first piece ``first_s`` after taking it."""
         load = self.rungs[rung]
         load.first_dev_s = _deviation(load.first_dev_s, load.first_s, first_s)
-        load.first_s = _average(load.first_s, first_s)
+        load.first_s = first_s if load.retiming else _average(load.first_s, first_s)
+        load.timed_at, load.retiming = now, False
         self._judge(rung, load, self._targets["first"], first_s, now)
 
     def stream_ended(self, rung: str, service_s: float) -> None:
@@ -339,9 +281,18 @@ class LoadBook:
         self._retry_if_due(load, now)
         self._review(rung, load, kind, now)
         load.slots = slots = replicas * self._slots[rung]
+        if self._stale(load, now):
+            load.retiming = True  # the one request sent now re-times it
+            return expected_s(load.in_flight, slots, None)
         first = load.first_s if kind == "first" else None
         return (load.take_s or 0.0) + expected_s(load.in_flight, slots, load.service_s,
                                                  first, load.per_place_s)
+
+    def _stale(self, load: RungLoad, now: float) -> bool:
+        """Nothing in flight and no answer for ``slow_after_s`` (a slow rung is retried
+        by its own delay instead)."""
+        return load.in_flight == 0 and load.timed_at is not None \
+            and now - load.timed_at >= self.slow_after_s and load.slow.slow_since is None
 
     def spilled(self, rung: str, now: float) -> None:
         """A request passed over ``rung`` for its target at ``now``."""

@@ -261,6 +261,30 @@ def test_a_rung_everyone_spills_past_is_found_slow_without_new_answers() -> None
     assert [r for r, *_ in found] == ["h100"]
 
 
+def test_an_estimate_no_answer_refreshes_is_retimed_by_one_request() -> None:
+    """h100's estimate sits under the 1 s target, so it is never slow, but requests that
+    spent 0.1 s before their walk spill past it; with nothing sent there no answer would
+    refresh it. Once it is slow_after_s old with nothing in flight, one request re-times
+    it (the others still spill meanwhile) and that answer replaces the old estimate."""
+    state, book = _state(), _book()
+    book.sent("h100")
+    book.answered("h100", 0.98, now=0.0)
+    book.ended("h100")
+
+    def step(now: float):
+        walk = Walk(LADDER, give_up_at=now + 0.9, target_at=now + 0.9)  # 0.1 s spent
+        return walk.next_step(RequestView(state, state.selector(None, now), book), now)
+
+    assert [step(1.0), step(4.9)] == [Try("a100")] * 2
+    assert step(5.0) == Try("h100")  # 5 s (slow_after_s) without an answer: re-timed
+    book.sent("h100")
+    assert step(5.1) == Try("a100")  # one request re-times it; the others still spill
+    book.answered("h100", 0.8, now=5.9)  # an average with 0.98 would still spill (0.926)
+    book.ended("h100")
+    assert step(6.0) == Try("h100")
+    assert step(7.0) == Try("h100")
+
+
 def test_the_wait_per_place_is_learned_from_requests_that_queued() -> None:
     book = _book()
     _load(book, "h100", 0, 0.2)
