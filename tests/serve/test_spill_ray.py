@@ -208,18 +208,22 @@ def test_sustained_spill_is_demand_the_top_rung_grows_and_takes_it_back(app):
             hook_saw.append(read_spill(state["ladder"], time.time()))
         return next(r for r in state["rungs"] if r["name"] == "top")["running_replicas"] == 2
 
-    try:
-        wait_until(grown, 25.0, 0.5, "a second top replica while the spill lasts")
-        grew_at = time.monotonic()
-        grew.append(grew_at)
-    except TimeoutError:
-        raise AssertionError(seen[-3:]) from None
-    finally:
-        load.join()
-    # Each request answered, or shed with Retry-After when the router predicts that no rung
-    # makes the target (a machine busy with other work slows both rungs): never an error.
+    with OtherWork() as other:
+        try:
+            wait_until(grown, 25.0, 0.5, "a second top replica while the spill lasts")
+            grew_at = time.monotonic()
+            grew.append(grew_at)
+        except TimeoutError:
+            raise AssertionError(seen[-3:]) from None
+        finally:
+            load.join()
+    # Under any load each request is answered, or shed with Retry-After when the router
+    # predicts that no rung makes the target (other work slowing both rungs): never an
+    # error. With the machine to itself (low has room for 8 at once), none is shed.
+    refused = [s[1][:2] + s[1][4:5] for s in shots if s[1][0] != 200]
     assert all(s[1][0] == 200 or (s[1][0] == 503 and s[1][1] == "shed" and s[1][3])
-               for s in shots), [s[1][:2] + s[1][4:5] for s in shots if s[1][0] != 200][:3]
+               for s in shots), refused[:3]
+    assert other.too_busy() or refused == [], (str(other), refused[:3])
     assert any(saw.get("top", 0) >= 2 for saw in hook_saw), hook_saw  # placements to ask
     later = [s for s in shots if s[0] > grew_at + 2.0]
     answered = [s for s in later if s[1][0] == 200]
