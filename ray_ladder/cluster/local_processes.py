@@ -62,9 +62,13 @@ def start_with_retries(start: Callable[[], T], what: str, *,
     """Call ``start()`` (which starts Ray processes as children of this one); when it
     raises, kill the processes the failed try left behind and call it again, up to
     ``attempts`` times in all. Argument errors (``ValueError``, ``TypeError``) are raised
-    at once: trying again cannot fix them."""
+    at once: trying again cannot fix them.
+
+    Only what the failed try started is killed: this process's children that were not
+    there before it, with their descendants. A process started before (a vLLM server the
+    test runs beside the cluster) keeps the children it forks meanwhile."""
     for attempt in range(1, attempts + 1):
-        before = _children()
+        before = _children(recursive=False)
         try:
             with ForkWatch():
                 return start()
@@ -73,7 +77,7 @@ def start_with_retries(start: Callable[[], T], what: str, *,
         except Exception as err:
             if attempt == attempts:
                 raise
-            left = [p for pid, p in _children().items() if pid not in before]
+            left = _started_since(before)
             logger.warning("starting %s failed (try %d of %d: %s: %s); stopping the %d "
                            "process(es) it left and trying again", what, attempt, attempts,
                            type(err).__name__, err, len(left))
@@ -117,8 +121,20 @@ class ForkWatch:
                         self.killed += 1
 
 
-def _children() -> dict[int, Any]:
-    return {p.pid: p for p in psutil.Process().children(recursive=True)}
+def _children(recursive: bool = True) -> dict[int, Any]:
+    return {p.pid: p for p in psutil.Process().children(recursive=recursive)}
+
+
+def _started_since(before: dict[int, Any]) -> list[Any]:
+    """This process's children not in ``before`` (its children then), and theirs."""
+    out: list[Any] = []
+    for pid, child in _children(recursive=False).items():
+        if pid in before:
+            continue
+        out.append(child)
+        with contextlib.suppress(psutil.Error):
+            out.extend(child.children(recursive=True))
+    return out
 
 
 def _kill(procs: list[Any]) -> None:

@@ -61,6 +61,41 @@ def test_processes_started_before_the_try_are_left_alone_and_the_last_error_is_r
         earlier.wait()
 
 
+def test_what_an_earlier_process_forks_during_the_try_is_left_alone():
+    # A vLLM server started before the cluster forks its engine core while the cluster
+    # starts: the retry once killed that grandchild (and the server with it).
+    forker = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys, time\n"
+        "sys.stdin.readline()\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        "time.sleep(120)\n")], stdin=subprocess.PIPE)
+    me = psutil.Process()
+    calls: list[int] = []
+
+    def fails_once() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            assert forker.stdin is not None
+            forker.stdin.write(b"go\n")
+            forker.stdin.flush()
+            wait_until(lambda: len(psutil.Process(forker.pid).children()) == 1, 20, 0.05,
+                       "the earlier process forked its child")
+            raise RuntimeError("the raylet did not register in time")
+        return "started"
+
+    try:
+        assert start_with_retries(fails_once, "a node") == "started"
+        grandchild = psutil.Process(forker.pid).children()[0]
+        assert grandchild.status() != psutil.STATUS_ZOMBIE
+        assert forker.poll() is None
+        assert forker.pid in {p.pid for p in me.children()}
+    finally:
+        for proc in psutil.Process(forker.pid).children():
+            proc.kill()
+        forker.kill()
+        forker.wait()
+
+
 def test_an_argument_error_is_not_tried_again():
     calls: list[int] = []
 
