@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-tools lint bench clean
+.PHONY: demo test test-tools engine lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,14 @@ $(VENV)/.demo-installed: $(PY) pyproject.toml
 $(VENV)/.test-installed: $(PY) pyproject.toml
 	$(PY) -m pip install --quiet -e '.[$(TEST_EXTRAS)]'
 	touch $@
+
+# The real engine (vLLM: the CPU build here, the CUDA one where nvidia-smi answers) and
+# what Ray Serve LLM needs beside it; docs/install.md says what it costs.
+$(VENV)/.engine-installed: $(VENV)/.test-installed ray_ladder/engines/install.py
+	$(PY) -m ray_ladder.engines.install
+	touch $@
+
+engine: $(VENV)/.engine-installed
 
 demo: $(VENV)/.demo-installed
 	$(PY) -m ray_ladder.demo
@@ -47,7 +55,7 @@ test-tools:
 # both passes' exit codes. pytest exits 5 when it collects no test: a failure of the
 # suite, say so.
 TEST_WORKERS ?=
-test: $(VENV)/.test-installed test-tools
+test: $(VENV)/.test-installed $(VENV)/.engine-installed test-tools
 	$(VENV)/bin/ruff check .
 	@w="$(TEST_WORKERS)"; [ -n "$$w" ] || w=$$($(PY) tests/workers.py || echo 0); \
 	echo "the 'alone' modules in one process, then pytest workers: $$w (0: one process)"; \

@@ -17,6 +17,7 @@ from tests._imports import PACKAGE, cycles, folder, import_graph, modules
 MAY_IMPORT = {
     "ray_ladder": {"core", "_lazy"},
     "_lazy": set(),
+    "engines": {"_lazy"},
     "ladders": set(),
     "core": set(),
     "node": {"core", "_lazy"},
@@ -31,7 +32,8 @@ MAY_IMPORT = {
     "autoscale": {"core", "cluster", "testing", "_lazy"},
     "simulate": {"core", "ray_ladder", "_lazy"},
     "cli": {"core", "node", "cluster", "autoscale", "simulate", "fleet", "jobs", "_lazy"},
-    "demo": {"core", "cluster", "serve", "task", "tune", "fleet", "testing", "ladders", "_lazy"},
+    "demo": {"core", "cluster", "serve", "task", "tune", "fleet", "testing", "ladders", "_lazy",
+             "engines"},
 }
 MAX_LINES = 400
 #: Code lines (no docstring, blank or comment-only line) a function may have.

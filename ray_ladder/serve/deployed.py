@@ -34,7 +34,8 @@ class ServeRungMixin:
 class GenerateMixin(ServeRungMixin):
     """An LLM rung's calls over the class's own ``generate`` (the LLM rung protocol)."""
 
-    async def ladder_generate(self, request: dict[str, Any]) -> AsyncIterator[str]:
+    async def ladder_generate(self, request: dict[str, Any]
+                              ) -> AsyncIterator[str | dict[str, Any]]:
         """The pieces of one generation (the router's streaming call)."""
         async for piece in stream_pieces(self.generate, request):  # type: ignore[attr-defined]
             yield piece

@@ -3,7 +3,6 @@ Ray Serve LLM app, a hosted (e.g. EU) provider for the burst rung of a sovereign
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import AsyncIterator
 from typing import Any
@@ -11,13 +10,24 @@ from typing import Any
 from ray_ladder._lazy import requires_extra
 from ray_ladder.core.context import RungContext
 from ray_ladder.core.exceptions import RungUnavailableError
-from ray_ladder.serve.llm.openai_server import chunk_text
-from ray_ladder.serve.llm.protocol import GenerationRequest
+from ray_ladder.serve.llm.chunks import ChunkReader
+from ray_ladder.serve.llm.protocol import GenerationRequest, Tokens
 
 with requires_extra("llm", "OpenAIBackendRung"):
     import httpx
 
 CONTINUE_MODES = ("completions", "vllm")
+ENGINES = ("auto", "vllm", "openai")
+#: Backend answers that are the rung's fault, not the request's: its key (401, 403), its
+#: model or route (404), its time or its rate (408, 429). Every 5xx too.
+RUNG_FAULTS = frozenset({401, 403, 404, 408, 429})
+#: What a stream asks of vLLM: each chunk's token ids and the running token count.
+VLLM_STREAM = {"return_token_ids": True,
+               "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+
+
+def _messages(request: GenerationRequest) -> list[dict[str, str]]:
+    return [{"role": m.role, "content": m.content} for m in request.messages]
 
 
 def cluster_url(rung: RungContext, suffix: str) -> str:
@@ -46,15 +56,25 @@ class OpenAIBackendRung:
     ``model`` (the server's model name), ``api_key_env`` (the NAME of the environment
     variable holding the key: the key itself is never in the ladder, never logged),
     ``timeout_s`` (read timeout between two pieces, default 60), ``connect_timeout_s``
-    (default 2), ``continue_with``: how a stream that moved here continues the text already
+    (default 2), ``health_timeout_s`` (the health check's, default 10: a slow server
+    that answers is alive), ``engine`` (``auto``: vLLM when ``/models`` says
+    ``owned_by: vllm``; ``vllm``; ``openai``: no vLLM extension is sent), ``tokenizer``
+    (a name shared by rungs whose engines share a tokenizer; default the served model's
+    ``root``), ``continue_with``: how a stream that moved here continues the text already
     sent: ``completions`` (default: ``POST /completions`` with the rendered context, which
     vLLM, SGLang and Ray Serve LLM serve) or ``vllm`` (chat with the partial assistant
     message and vLLM's ``continue_final_message``).
 
+    On vLLM, pieces are engine tokens (each chunk's ``token_ids`` and running usage), and
+    a stream that moved here continues from the conversation rendered with this model's
+    own chat template (``POST /tokenize``), from the sent text's token ids where the rung
+    it came from shares this tokenizer.
+
     The rung is obtainable while Serve's health check passes (``check_health`` asks
-    ``GET /models``) and the router sees no failure: a refused connection, a timeout or a
-    5xx raises :class:`~ray_ladder.RungUnavailableError` (the ladder falls; a stream
-    continues on the next rung); a 4xx is the request's fault (``ValueError``: 400).
+    ``GET /models``) and the router sees no failure: a refused connection, a timeout, a
+    5xx, 401/403/404/408/429 or a stream cut short raises
+    :class:`~ray_ladder.RungUnavailableError` (the ladder falls; a stream continues on
+    the next rung); another 4xx is the request's fault (``ValueError``: 400).
 
     Example:
         >>> # rungs: - {name: eu-burst, tags: {jurisdiction: eu}, num_cpus: 0.1,
@@ -77,6 +97,14 @@ class OpenAIBackendRung:
                              "address (rungs[].cluster)")
         self.model = str(model or params.get("model") or rung.name)
         self.continue_with = str(continue_with or params.get("continue_with", "completions"))
+        engine = str(params.get("engine", "auto"))
+        if engine not in ENGINES:
+            raise ValueError(f"rung {rung.name}: params.engine must be one of {ENGINES}, "
+                             f"got {engine!r}")
+        self._vllm: bool | None = {"vllm": True, "openai": False}.get(engine)
+        tokenizer = params.get("tokenizer")
+        self.tokenizer: str | None = str(tokenizer) if tokenizer else None
+        self.health_timeout_s = float(params.get("health_timeout_s", 10.0))
         if self.continue_with not in CONTINUE_MODES:
             raise ValueError(f"rung {rung.name}: params.continue_with must be one of "
                              f"{CONTINUE_MODES}, got {self.continue_with!r}")
@@ -102,40 +130,103 @@ class OpenAIBackendRung:
             body["seed"] = request.seed
         if request.stop:
             body["stop"] = list(request.stop)
+        if self._vllm:
+            body.update(VLLM_STREAM)
         if request.is_chat and not request.continuation:
-            body["messages"] = [{"role": m.role, "content": m.content}
-                                for m in request.messages]
+            body["messages"] = _messages(request)
             return "/chat/completions", body
-        if request.is_chat and self.continue_with == "vllm":
-            body["messages"] = [*({"role": m.role, "content": m.content}
-                                  for m in request.messages),
+        if request.prompt is not None and not request.continuation:
+            body["prompt"] = request.prompt
+            return "/completions", body
+        if request.is_chat and self.continue_with == "vllm" and not self._same(request):
+            body["messages"] = [*_messages(request),
                                 {"role": "assistant", "content": request.continuation}]
             body.update(continue_final_message=True, add_generation_prompt=False)
             return "/chat/completions", body
         body["prompt"] = request.context_text()
         return "/completions", body
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[str]:
-        """Stream the server's pieces (chat deltas or completion text)."""
-        path, body = self._body(request)
+    def _same(self, request: GenerationRequest) -> bool:
+        """Whether the text already sent is in this rung's own token ids."""
+        return bool(request.continuation_ids) and request.tokenizer is not None \
+            and request.tokenizer == self.tokenizer
+
+    async def _learn(self) -> None:
+        """What the server is (once): vLLM or not (``engine: auto``), and its tokenizer's
+        name (``params.tokenizer``, else the served model's ``root``: its folder)."""
+        response = await self._client.get("/models", timeout=self.health_timeout_s)
+        data = (response.json().get("data") or [{}]) if response.status_code == 200 else [{}]
+        model = next((m for m in data if m.get("id") == self.model), data[0])
+        if self._vllm is None:
+            self._vllm = model.get("owned_by") == "vllm"
+        if self.tokenizer is None:
+            self.tokenizer = str(model.get("root") or model.get("id") or self.model)
+
+    async def _tokenize(self, body: dict[str, Any]) -> list[int]:
+        """vLLM's ``POST /tokenize`` (at the server's root, beside ``/v1``)."""
+        url = self.base_url.removesuffix("/v1") + "/tokenize"
+        response = await self._client.post(url, json={"model": self.model, **body})
+        if response.status_code >= 400:
+            await self._refuse(response, "/tokenize")
+        return [int(t) for t in response.json()["tokens"]]
+
+    async def _continued_prompt(self, request: GenerationRequest) -> list[int]:
+        """A moved stream's prompt in this engine's tokens, rendered with its own chat
+        template: the conversation and the text sent, from its ids where this rung's
+        tokenizer made them (a word cut in two re-tokenizes otherwise), else from text."""
+        same = self._same(request)
+        if request.prompt is not None:
+            if same:
+                return [*await self._tokenize({"prompt": request.prompt}),
+                        *request.continuation_ids]
+            return await self._tokenize({"prompt": request.prompt + request.continuation})
+        if same:
+            return [*await self._tokenize({"messages": _messages(request),
+                                           "add_generation_prompt": True}),
+                    *request.continuation_ids]
+        return await self._tokenize({
+            "messages": [*_messages(request),
+                         {"role": "assistant", "content": request.continuation}],
+            "add_generation_prompt": False, "continue_final_message": True})
+
+    async def _refuse(self, response: httpx.Response, path: str) -> None:
+        """A 4xx or 5xx answer: the rung's fault (it falls) or the request's (400)."""
+        status = response.status_code
+        detail = (await response.aread()).decode(errors="replace")[:300]
+        if status >= 500 or status in RUNG_FAULTS:
+            raise RungUnavailableError(f"{self.base_url}{path} answered {status}: {detail}")
+        raise ValueError(f"{self.base_url}{path} refused the request ({status}): {detail}")
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[Tokens]:
+        """Stream the server's pieces (chat deltas or completion text) as engine tokens.
+
+        Raises:
+            RungUnavailableError: the backend failed (refused, timed out, 5xx, 401/403/
+                404/408/429, a body cut short or not an OpenAI stream).
+            ValueError: the backend refused the request itself (another 4xx).
+        """
         try:
+            if self._vllm is not False and (self._vllm is None or self.tokenizer is None):
+                await self._learn()
+            path, body = self._body(request)
+            if self._vllm and request.continuation:
+                path, body = "/completions", {**body, "prompt": await
+                                              self._continued_prompt(request)}
+                body.pop("messages", None)
+                body.pop("continue_final_message", None)
+                body.pop("add_generation_prompt", None)
+            reader = ChunkReader(f"{self.base_url}{path}", self.tokenizer,
+                                 usage_counts=bool(self._vllm))
             async with self._client.stream("POST", path, json=body) as response:
-                if response.status_code >= 500 or response.status_code in (408, 429):
-                    raise RungUnavailableError(
-                        f"{self.base_url}{path} answered {response.status_code}")
                 if response.status_code >= 400:
-                    detail = (await response.aread()).decode(errors="replace")[:300]
-                    raise ValueError(f"{self.base_url}{path} refused the request "
-                                     f"({response.status_code}): {detail}")
+                    await self._refuse(response, path)
                 async for line in response.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
+                    piece = reader.line(line)
+                    if piece is not None:
+                        yield piece
+                    if reader.done:
                         return
-                    text = chunk_text(json.loads(data))
-                    if text:
-                        yield text
+                reader.end()
         except httpx.HTTPError as err:  # refused, reset, timed out: the backend is gone
             raise RungUnavailableError(f"{self.base_url}: {type(err).__name__}: {err}"
                                        ) from None
@@ -143,7 +234,7 @@ class OpenAIBackendRung:
     async def check_health(self) -> None:
         """Serve's health check: the server lists its models (raises when it does not)."""
         try:
-            response = await self._client.get("/models", timeout=2.0)
+            response = await self._client.get("/models", timeout=self.health_timeout_s)
         except httpx.HTTPError as err:
             raise RungUnavailableError(f"{self.base_url}/models: {err}") from None
         if response.status_code != 200:

@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any, Literal
 
 from ray_ladder.core.context import RungContext
 from ray_ladder.core.exceptions import RungUnavailableError
-from ray_ladder.serve.llm.protocol import GenerationRequest
+from ray_ladder.serve.llm.chunks import ChunkReader
+from ray_ladder.serve.llm.protocol import GenerationRequest, Tokens
 
 Kind = Literal["chat", "completion"]
 
@@ -52,43 +52,17 @@ def openai_body(request: GenerationRequest, model: str) -> tuple[Kind, dict[str,
     return "completion", body
 
 
-def chunk_text(chunk: dict[str, Any]) -> str:
-    """The text of one OpenAI stream chunk (chat delta or completion text): the one
-    reader of chunks, for ``LLMServer``'s stream and for ``OpenAIBackendRung``'s.
-
-    Raises:
-        RungUnavailableError: the chunk is an error (the model failed mid-stream).
-
-    Example:
-        >>> chunk_text({"choices": [{"delta": {"content": "hi"}}]})
-        'hi'
-    """
-    if "error" in chunk:
-        raise RungUnavailableError(f"the model's stream failed: {chunk['error']}")
-    choices = chunk.get("choices") or []
-    if not choices:
-        return ""
-    delta = choices[0].get("delta")
-    if isinstance(delta, dict):
-        return str(delta.get("content") or "")
-    return str(choices[0].get("text") or "")
-
-
-def item_texts(item: Any) -> list[str]:
-    """The texts of one item of ``LLMServer.chat``'s stream: a batch (list), one
+def item_tokens(item: Any, reader: ChunkReader) -> list[Tokens]:
+    """The tokens of one item of ``LLMServer.chat``'s stream: a batch (list), one
     ``data: {...}`` string, or an ``ErrorResponse`` (4xx: ``ValueError``, the request's
     fault; else :class:`~ray_ladder.RungUnavailableError`, the ladder falls)."""
     if isinstance(item, list | tuple):
-        return [text for part in item for text in item_texts(part)]
+        return [t for part in item for t in item_tokens(part, reader)]
     if isinstance(item, bytes):
         item = item.decode()
     if isinstance(item, str):
-        out = []
-        for line in item.splitlines():
-            data = line[5:].strip() if line.startswith("data:") else ""
-            if data and data != "[DONE]":
-                out.append(chunk_text(json.loads(data)))
-        return [t for t in out if t]
+        pieces = (reader.line(line) for line in item.splitlines())
+        return [p for p in pieces if p is not None]
     error = getattr(item, "error", None)
     if error is not None:
         code = getattr(error, "code", None)
@@ -97,6 +71,11 @@ def item_texts(item: Any) -> list[str]:
             raise ValueError(message)
         raise RungUnavailableError(f"the engine answered an error: {message}")
     raise TypeError(f"unexpected item {type(item).__name__} in an OpenAI stream")
+
+
+def item_texts(item: Any) -> list[str]:
+    """The texts of one item of an OpenAI stream (:func:`item_tokens`, text only)."""
+    return [t.text for t in item_tokens(item, ChunkReader("engine")) if t.text]
 
 
 def openai_request(kind: Kind, body: dict[str, Any]) -> Any:
@@ -124,14 +103,20 @@ class OpenAIServerRung:
         """The request object of one call (:func:`openai_request`)."""
         return openai_request(kind, body)
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[str]:
-        """Stream the server's pieces for ``request``."""
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[Tokens]:
+        """Stream the server's pieces for ``request`` as engine tokens (a stream that
+        ends before its answer did is the rung's failure)."""
         rung = self.ladder_rung
-        kind, body = openai_body(request, str(rung.params.get("model", rung.name)))
+        model = str(rung.params.get("model", rung.name))
+        kind, body = openai_body(request, model)
         method = getattr(self, "chat" if kind == "chat" else "completions")
         stream = method(self.ladder_openai_request(kind, body))
         if inspect.isawaitable(stream):  # LLMServer.chat is async and returns the stream
             stream = await stream
+        reader = ChunkReader(f"rung {rung.name}", str(rung.params.get("tokenizer") or model))
         async for item in stream:
-            for text in item_texts(item):
-                yield text
+            for piece in item_tokens(item, reader):
+                yield piece
+            if reader.done:
+                return
+        reader.end()

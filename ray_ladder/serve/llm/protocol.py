@@ -1,7 +1,9 @@
 """The LLM rung protocol: what a rung that generates text is given and what it yields.
 
 A rung class is an *LLM rung* when it defines ``generate(self, request)`` as an async
-generator of text pieces (each piece counts as one token)::
+generator of text pieces: a ``str`` counts as one token; a :class:`Tokens` says how many
+engine tokens its text is (a real engine puts several in one chunk, and a partial UTF-8
+character in none), with their ids when the rung knows them::
 
     class MyModel:
         def __init__(self, rung: RungContext, **kwargs): ...
@@ -57,6 +59,10 @@ class GenerationRequest:
         messages: The conversation of a chat request (empty for completions).
         continuation: Text of the answer already sent to the client: generate what comes
             after it (empty unless the stream moved here from a lost rung).
+        continuation_ids: The token ids of ``continuation`` in ``tokenizer``'s vocabulary,
+            when one tokenizer made all of it (a rung with the same tokenizer continues
+            from them: the text re-tokenized could split a word differently).
+        tokenizer: Who made ``continuation_ids`` (:attr:`Tokens.tokenizer`).
         max_tokens: Pieces still allowed (the router stops the stream there too).
         temperature: Sampling temperature (0: greedy).
         top_p: Nucleus sampling mass.
@@ -71,6 +77,8 @@ class GenerationRequest:
     prompt: str | None = None
     messages: tuple[Message, ...] = ()
     continuation: str = ""
+    continuation_ids: tuple[int, ...] = ()
+    tokenizer: str | None = None
     max_tokens: int = 256
     temperature: float = 1.0
     top_p: float = 1.0
@@ -100,9 +108,16 @@ class GenerationRequest:
             return count_tokens(self.prompt)
         return sum(count_tokens(m.content) for m in self.messages)
 
-    def continuing(self, sent: str, used_tokens: int) -> GenerationRequest:
-        """The request for the next rung of a stream that already sent ``sent``."""
+    def continuing(self, sent: str, used_tokens: int, ids: tuple[int, ...] = (),
+                   tokenizer: str | None = None) -> GenerationRequest:
+        """The request for the next rung of a stream that already sent ``sent`` (made of
+        ``used_tokens`` tokens; ``ids`` by ``tokenizer``, when one tokenizer made it all)."""
+        fresh = not self.continuation
+        same = bool(ids) and tokenizer is not None and (fresh or (
+            tokenizer == self.tokenizer and bool(self.continuation_ids)))
         return replace(self, continuation=self.continuation + sent,
+                       continuation_ids=(self.continuation_ids + ids) if same else (),
+                       tokenizer=tokenizer if same else None,
                        max_tokens=max(0, self.max_tokens - used_tokens))
 
     def to_dict(self) -> dict[str, Any]:
@@ -113,7 +128,8 @@ class GenerationRequest:
     def from_dict(cls, data: dict[str, Any]) -> GenerationRequest:
         """The inverse of :meth:`to_dict`."""
         messages = tuple(Message(m["role"], m["content"]) for m in data.get("messages") or ())
-        return cls(**{**data, "messages": messages, "stop": tuple(data.get("stop") or ())})
+        return cls(**{**data, "messages": messages, "stop": tuple(data.get("stop") or ()),
+                      "continuation_ids": tuple(data.get("continuation_ids") or ())})
 
     @classmethod
     def from_payload(cls, payload: Any) -> GenerationRequest:
@@ -135,6 +151,46 @@ class GenerationRequest:
                        max_tokens=_int(payload, "max_tokens", 256))
         raise ValueError("an LLM rung takes a JSON object with 'prompt' (a string) or "
                          "'messages' (a list of {role, content})")
+
+
+@dataclass(frozen=True, slots=True)
+class Tokens:
+    """A piece of text and the engine tokens that made it.
+
+    Attributes:
+        text: The text (empty while the engine holds part of a character back).
+        count: Engine tokens behind it.
+        ids: Their ids, when the rung knows them (else empty).
+        tokenizer: Whose ids they are: a name equal for rungs that share a tokenizer
+            (``OpenAIBackendRung``: ``params.tokenizer``, else the served model's root).
+        finish_reason: The engine's, on the last piece (``stop``, ``length``).
+        prompt_tokens: The engine's count of the prompt, on the first piece.
+
+    Example:
+        >>> Tokens.of("hi").count, Tokens.of({"text": "hi", "count": 2}).count
+        (1, 2)
+    """
+
+    text: str
+    count: int = 1
+    ids: tuple[int, ...] = ()
+    tokenizer: str | None = None
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+
+    def wire(self) -> dict[str, Any]:
+        """Plain data for the call from the rung's replica to the router."""
+        return {k: v for k, v in asdict(self).items() if v not in (None, ())}
+
+    @classmethod
+    def of(cls, piece: Any) -> Tokens:
+        """A piece as a rung yields it (``str``, :class:`Tokens`) or as the router receives
+        it (``str``, :meth:`wire`'s dict)."""
+        if isinstance(piece, Tokens):
+            return piece
+        if isinstance(piece, dict):
+            return cls(**{**piece, "ids": tuple(piece.get("ids") or ())})
+        return cls(str(piece))
 
 
 def _int(payload: dict[str, Any], key: str, default: int) -> int:

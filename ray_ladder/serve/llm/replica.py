@@ -7,19 +7,24 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ray_ladder.core.context import RungContext
-from ray_ladder.serve.llm.protocol import GenerationRequest
+from ray_ladder.serve.llm.protocol import GenerationRequest, Tokens
 
 
 async def stream_pieces(generate: Callable[[GenerationRequest], AsyncIterator[Any]],
-                        request: dict[str, Any]) -> AsyncIterator[str]:
-    """The pieces of one generation: ``generate``'s, as text, at most ``max_tokens``."""
+                        request: dict[str, Any]) -> AsyncIterator[str | dict[str, Any]]:
+    """The pieces of one generation, at most ``max_tokens`` tokens: a ``str`` piece as
+    text (one token), a :class:`Tokens` as its :meth:`~Tokens.wire` dict."""
     req = GenerationRequest.from_dict(request)
     if req.max_tokens <= 0:
         return
     produced = 0
     async for piece in generate(req):
-        yield str(piece)
-        produced += 1
+        if isinstance(piece, Tokens):
+            yield piece.wire()
+            produced += piece.count
+        else:
+            yield str(piece)
+            produced += 1
         if produced >= req.max_tokens:
             break
 
@@ -29,9 +34,10 @@ async def whole_answer(generate: Callable[[GenerationRequest], AsyncIterator[Any
     """The JSON route's answer of an LLM rung: ``{"prompt"|"messages", "max_tokens"}``
     -> the whole text, the model and the pieces it took."""
     req = GenerationRequest.from_payload(payload)
-    pieces = [p async for p in stream_pieces(generate, req.to_dict())]
-    return {"text": "".join(pieces), "model": rung.params.get("model", rung.name),
-            "completion_tokens": len(pieces)}
+    pieces = [Tokens.of(p) async for p in stream_pieces(generate, req.to_dict())]
+    return {"text": "".join(p.text for p in pieces),
+            "model": rung.params.get("model", rung.name),
+            "completion_tokens": sum(p.count for p in pieces)}
 
 
 class LLMRungReplica:
@@ -51,7 +57,8 @@ class LLMRungReplica:
         self.rung = rung
         self.model = user_cls(rung, **init_kwargs)
 
-    async def ladder_generate(self, request: dict[str, Any]) -> AsyncIterator[str]:
+    async def ladder_generate(self, request: dict[str, Any]
+                              ) -> AsyncIterator[str | dict[str, Any]]:
         """The pieces of one generation (the router's streaming call)."""
         async for piece in stream_pieces(self.model.generate, request):
             yield piece

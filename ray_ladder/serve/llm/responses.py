@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ray_ladder.core.spec import Ladder
+from ray_ladder.serve.llm.protocol import Tokens
 
 DONE = b"data: [DONE]\n\n"
 
@@ -31,20 +32,68 @@ class StreamRecord:
 
     Attributes:
         text: Everything sent so far.
-        tokens: Rung -> pieces it produced.
+        tokens: Rung -> engine tokens it produced (a ``str`` piece is one).
         switches: ``{"from", "to", "at_token", "reason"}`` for each move to another rung.
         finish_reason: ``stop`` or ``length`` once finished.
+        ids: The token ids of ``text`` while one tokenizer made all of it (else empty).
+        tokenizer: Whose ids they are (``None``: unknown or several tokenizers).
+        prompt_tokens: The engine's count of the prompt, when the rung that started the
+            answer reported one.
     """
 
     text: str = ""
     tokens: dict[str, int] = field(default_factory=dict)
     switches: list[dict[str, Any]] = field(default_factory=list)
     finish_reason: str | None = None
+    ids: list[int] = field(default_factory=list)
+    tokenizer: str | None = None
+    prompt_tokens: int | None = None
+    _ids_known: bool = True
+    _held: list[Tokens] = field(default_factory=list)
 
     @property
     def completion_tokens(self) -> int:
-        """Pieces produced by every rung together."""
+        """Engine tokens produced by every rung together (sent or held back)."""
         return sum(self.tokens.values())
+
+    def take(self, rung: str, piece: Tokens) -> str:
+        """Count ``piece`` of ``rung``; the text to send now. Tokens without text (a
+        character the engine has not finished) are held until text comes, so that what a
+        lost rung leaves is always whole tokens behind whole text (:meth:`drop_held`)."""
+        if piece.prompt_tokens is not None and not self.text:
+            self.prompt_tokens = piece.prompt_tokens
+        self._held.append(piece)
+        if not piece.text and piece.finish_reason is None:
+            return ""
+        self._commit(rung)
+        return piece.text
+
+    def finish(self, rung: str) -> None:
+        """The rung's stream ended: its held tokens count (their text never came)."""
+        self._commit(rung)
+
+    def drop_held(self) -> None:
+        """The rung was lost: held tokens (no text sent for them) are regenerated below."""
+        self._held.clear()
+
+    def _commit(self, rung: str) -> None:
+        for piece in self._held:
+            self.tokens[rung] = self.tokens.get(rung, 0) + piece.count
+            if not self._ids_known:
+                continue
+            if len(piece.ids) != piece.count or (self.ids and piece.tokenizer != self.tokenizer):
+                self._ids_known, self.ids, self.tokenizer = False, [], None
+                continue
+            self.ids.extend(piece.ids)
+            self.tokenizer = piece.tokenizer if piece.ids else self.tokenizer
+        self._held.clear()
+
+    def continued_ids(self) -> tuple[tuple[int, ...], str | None]:
+        """The ids of ``text`` and their tokenizer, for the next rung (``((), None)`` when
+        unknown)."""
+        if not self._ids_known or self.tokenizer is None:
+            return (), None
+        return tuple(self.ids), self.tokenizer
 
 
 class Answer:
@@ -119,8 +168,9 @@ class Answer:
     def usage(self, record: StreamRecord) -> dict[str, Any]:
         """OpenAI's usage object."""
         done = record.completion_tokens
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": done,
-                "total_tokens": self.prompt_tokens + done}
+        prompt = self.prompt_tokens if record.prompt_tokens is None else record.prompt_tokens
+        return {"prompt_tokens": prompt, "completion_tokens": done,
+                "total_tokens": prompt + done}
 
     def _ladder_block(self, rung: str, record: StreamRecord,
                       degraded_s: float) -> dict[str, Any]:

