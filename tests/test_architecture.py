@@ -24,7 +24,7 @@ MAY_IMPORT = {
     "cluster": {"core"},
     "testing": {"core", "cluster"},
     "task": {"core", "cluster", "_lazy"},
-    "serve": {"core", "cluster", "_lazy"},
+    "serve": {"core", "cluster", "_lazy", "engines"},
     "tune": {"core", "cluster", "_lazy"},
     "train": {"core", "cluster", "_lazy"},
     "fleet": {"core", "cluster"},

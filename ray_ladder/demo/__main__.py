@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import importlib.util
 import os
 import sys
 import threading
@@ -26,7 +27,11 @@ from ray_ladder.ladders import ladder_path
 # Package data (ray_ladder/ladders/), so an installed wheel finds them as a checkout does.
 DEFAULT_LADDER = ladder_path("demo")  # the digits story's
 LLM_LADDER = ladder_path("llm")
-STORIES = ("llm", "digits", "teams")
+VLLM_LADDER = ladder_path("vllm")
+STORIES = ("llm", "digits", "teams", "vllm")
+#: The vllm story's limits: each engine takes about a minute to load on 2 cores.
+VLLM_DEFAULTS = {"serve_timeout": 420.0, "climb_timeout": 240.0, "deadline": 900.0,
+                 "clients": 12, "max_tokens": 400, "kill_at": 15.0, "back_at": 25.0}
 #: What the stories import (Ray Serve's HTTP stack, the load clients, the models, the
 #: plots): checked before a cluster starts, so a missing one names the demo extra at once.
 NEEDS = ("fastapi", "starlette", "uvicorn", "httpx", "matplotlib", "sklearn", "threadpoolctl")
@@ -42,7 +47,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     "and returns. digits: digit classifiers behind h100 -> a100 -> cpu -> "
                     "cache -> shed through two preemptions and a return. teams: team b "
                     "borrows team a's idle h100 units, a's load arrives, b gets a reclaim "
-                    "notice and moves down its ladder, a is served from h100.")
+                    "notice and moves down its ladder, a is served from h100. vllm: the llm "
+                    "story on real vLLM engines (tiny models made here; make engine first).")
     p.add_argument("--story", choices=STORIES, default="llm", help="which story (default: llm)")
     p.add_argument("--ladder", type=Path, default=None,
                    help=f"ladder YAML (default: the shipped {LLM_LADDER.name} for llm, "
@@ -81,11 +87,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                        help="seconds b runs on a's units before a's load arrives")
     teams.add_argument("--horizon", type=float, default=60.0,
                        help="longest wait for the moves after a's load arrives")
+    first, _ = p.parse_known_args(argv)
+    if first.story == "vllm":  # the engine story's defaults, where the user sets nothing
+        p.set_defaults(**VLLM_DEFAULTS)
     args = p.parse_args(argv)
     if args.ladder is None:
-        args.ladder = LLM_LADDER if args.story == "llm" else DEFAULT_LADDER
+        args.ladder = {"llm": LLM_LADDER, "vllm": VLLM_LADDER}.get(args.story, DEFAULT_LADDER)
     if args.tail is None:
-        args.tail = {"llm": 10.0, "digits": 5.0}.get(args.story, 2.0)
+        args.tail = {"llm": 10.0, "vllm": 10.0, "digits": 5.0}.get(args.story, 2.0)
     if args.clients < 1 or args.max_tokens < 1:
         p.error("--clients and --max-tokens must be >= 1")
     return args
@@ -135,6 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ray_ladder.demo.teams.run import run_teams_demo
 
             return run_teams_demo(args, console)
+        if args.story == "vllm" and importlib.util.find_spec("vllm") is None:
+            raise DemoError("the vllm story runs real vLLM engines, which are not installed: "
+                            "make engine (python -m ray_ladder.engines.install)")
         from ray_ladder.demo.llm.run import run_llm_demo
 
         return run_llm_demo(args, console)

@@ -9,6 +9,7 @@ machine's loss would.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -21,8 +22,15 @@ from pathlib import Path
 
 #: What a tiny model needs, and what keeps two engines within a 2-core machine's means.
 DEFAULT_ARGS = ("--max-model-len", "512", "--enforce-eager",
-                "--kv-cache-memory-bytes", "64M", "--disable-log-stats",
-                "--disable-uvicorn-access-log")
+                "--kv-cache-memory-bytes", "64M", "--disable-uvicorn-access-log")
+
+
+def _die_with_parent() -> None:
+    """In the child before its exec: SIGKILL it when its parent ends (Linux only)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def free_port() -> int:
@@ -41,7 +49,9 @@ class VLLMServer:
         name: The served model name (the requests' ``model``).
         port: Its port (0: a free one).
         args: Other ``api_server`` arguments (:data:`DEFAULT_ARGS` by default).
-        log: Where its output goes (``None``: a file beside the model named after it).
+        log: Where its output goes (``None``: a file in ``$TMPDIR`` named after it).
+        die_with_parent: End the server when the process that started it ends (Linux's
+            parent-death signal): a rung replica's engine ends with the replica.
 
     Example:
         >>> server = VLLMServer(model_path("tiny-chatml"), "tiny-chatml")  # doctest: +SKIP
@@ -54,6 +64,7 @@ class VLLMServer:
     port: int = 0
     args: tuple[str, ...] = DEFAULT_ARGS
     log: Path | None = None
+    die_with_parent: bool = False
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -76,8 +87,9 @@ class VLLMServer:
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get(
             "VLLM_CPU_KVCACHE_SPACE") or "1"}
         with open(log, "ab") as out:
-            self.process = subprocess.Popen(self.command(), stdout=out, stderr=out, env=env,
-                                            start_new_session=True)
+            self.process = subprocess.Popen(
+                self.command(), stdout=out, stderr=out, env=env, start_new_session=True,
+                preexec_fn=_die_with_parent if self.die_with_parent else None)
         return self
 
     def ready(self) -> bool:
@@ -100,6 +112,16 @@ class VLLMServer:
             time.sleep(0.5)
         raise RuntimeError(f"vLLM server {self.name} on port {self.port} is not ready: "
                            f"{self.tail()}")
+
+    def generated_tokens(self) -> float:
+        """Tokens the engine has generated since it started (its Prometheus counter
+        ``vllm:generation_tokens_total``): where the engine is, whatever its clients
+        have read yet."""
+        with urllib.request.urlopen(self.base_url.removesuffix("/v1") + "/metrics",
+                                    timeout=5) as r:
+            text = r.read().decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("vllm:generation_tokens_total"))
 
     def tail(self, lines: int = 15) -> str:
         """The last lines of the server's log."""

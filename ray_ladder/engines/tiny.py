@@ -30,8 +30,6 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ray_ladder._lazy import requires_extra
-
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
           "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 INST = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'assistant' %}"
@@ -132,9 +130,13 @@ def model_path(name: str) -> Path:
 def make(recipe: Recipe, out: Path) -> Path:
     """Make ``recipe``'s model in ``out`` (written to a temporary folder, then renamed,
     so a reader never sees half a model)."""
-    with requires_extra("engine", "tiny models"):
+    try:
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError as err:
+        raise ImportError(f"tiny models need torch and transformers, which come with the "
+                          f"engine: make engine (python -m ray_ladder.engines.install): "
+                          f"{err}", name=err.name) from err
 
     tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)

@@ -45,7 +45,7 @@ class FakeRung:
     answer: Any = None
     fails: str | None = None
     error: str | None = None
-    pieces: list[str] = field(default_factory=lambda: ["a", "b", "c"])
+    pieces: list[Any] = field(default_factory=lambda: ["a", "b", "c"])
     fail_after: int | None = None
     busy: bool = False
     delay_s: float = 0.0
@@ -63,6 +63,7 @@ class FakeRungCaller:
         sent: Rungs requests, streams and pings went to, in order (pings as
             ``"ping:<rung>"``).
         lost: Rungs the walk signalled lost.
+        streamed: ``(rung, request)`` of every stream, in order.
     """
 
     def __init__(self, rungs: Mapping[str, FakeRung | None], *,
@@ -71,6 +72,7 @@ class FakeRungCaller:
         self.assign_timeout_s = assign_timeout_s
         self.sent: list[str] = []
         self.lost: list[str] = []
+        self.streamed: list[tuple[str, Any]] = []
 
     def rung(self, name: str) -> FakeRung:
         """The behaviour of ``name`` (mutable)."""
@@ -112,6 +114,7 @@ class FakeRungCaller:
         """Stream ``rung``'s pieces, at most the request's ``max_tokens`` (as a rung
         does), raising :class:`RungFailed` as the real caller does when lost."""
         self.sent.append(rung)
+        self.streamed.append((rung, request))
         behaviour = self._rungs[rung]
         failure = self._failure(behaviour)
         if failure is not None:

@@ -42,6 +42,7 @@ from ray_ladder.demo.llm.run import llm_story, verdict
 from ray_ladder.demo.load_process import LoadProcess
 from ray_ladder.demo.session import DemoError
 from ray_ladder.demo.story import StoryEvent
+from ray_ladder.ladders import ladder_path
 from ray_ladder.serve.llm.responses import DONE, Answer, StreamRecord
 from ray_ladder.testing import node_type_for_rung, wait_until
 
@@ -377,6 +378,26 @@ def test_cli_defaults_tell_the_llm_story():
     assert digits.ladder.name == "demo.yaml" and digits.tail == 5
     with pytest.raises(SystemExit):
         parse_args(["--clients", "0"])
+
+
+def test_the_vllm_story_gets_its_engine_limits_unless_told_otherwise():
+    args = parse_args(["--story", "vllm"])
+    assert args.ladder.name == "vllm.yaml" and args.climb_timeout == 240.0
+    assert args.max_tokens == 400 and args.clients == 12
+    told = parse_args(["--story", "vllm", "--clients", "3", "--climb-timeout", "60"])
+    assert told.clients == 3 and told.climb_timeout == 60.0 and told.max_tokens == 400
+    assert parse_args(["--story", "llm"]).climb_timeout == 45.0  # the others keep theirs
+
+
+def test_the_vllm_story_s_rungs_run_engines():
+    ladder = load_ladder(ladder_path("vllm"))
+    models = {r.name: RungModel(r.name, str(r.params["model"]), 0, 0.0, 0.0, r.quality, 0.0,
+                                engine="vllm") for r in ladder.rungs if r.is_compute}
+    from ray_ladder.serve.llm.engine_rung import VLLMRung
+
+    assert set(rung_classes(models).values()) == {VLLMRung}
+    assert ladder.rung("h100").params["tiny_model"] == ladder.rung("a100").params["tiny_model"]
+    assert ladder.rung("cpu").params["tiny_model"] != ladder.rung("h100").params["tiny_model"]
 
 
 def _summary(**over):

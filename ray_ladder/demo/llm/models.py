@@ -27,6 +27,8 @@ class RungModel:
         tokens_per_s: Its streaming pace.
         quality: Next-token accuracy on the held-out docstrings (0..1).
         train_s: Seconds the training took here.
+        engine: ``vllm`` for a rung whose replica runs a vLLM engine (``params.tiny_model``
+            or ``model_path``; its quality is the rung's declared one), else empty.
     """
 
     rung: str
@@ -36,11 +38,18 @@ class RungModel:
     tokens_per_s: float
     quality: float
     train_s: float
+    engine: str = ""
 
     @property
     def description(self) -> str:
-        """``4-gram, 100 % of the text``."""
+        """``4-gram, 100 % of the text`` (or ``vLLM``)."""
+        if self.engine:
+            return "vLLM, a tiny Llama made here"
         return f"{self.order}-gram, {self.train_fraction * 100:.0f} % of the text"
+
+
+def _is_engine(params: Mapping[str, object]) -> bool:
+    return bool(params.get("tiny_model") or params.get("model_path"))
 
 
 def measure_models(ladder: Ladder) -> dict[str, RungModel]:
@@ -58,6 +67,15 @@ def measure_models(ladder: Ladder) -> dict[str, RungModel]:
         if not rung.is_compute:
             continue
         start = time.perf_counter()
+        if _is_engine(rung.params):  # made (or found) now, so replicas find it cached
+            from ray_ladder.engines.tiny import model_path
+
+            if rung.params.get("tiny_model"):
+                model_path(str(rung.params["tiny_model"]))
+            out[rung.name] = RungModel(rung.name, str(rung.params.get("model") or rung.name),
+                                       0, 0.0, 0.0, rung.quality,
+                                       time.perf_counter() - start, engine="vllm")
+            continue
         lm = NGramRung(RungContext.of(ladder, rung.name))
         took = time.perf_counter() - start
         out[rung.name] = RungModel(
@@ -68,7 +86,9 @@ def measure_models(ladder: Ladder) -> dict[str, RungModel]:
 
 
 def rung_classes(models: Mapping[str, RungModel]) -> dict[str, type]:
-    """``build_app``'s ``rungs`` argument: :class:`NGramRung` on every compute rung."""
+    """``build_app``'s ``rungs`` argument: :class:`NGramRung` on every compute rung, or
+    :class:`~ray_ladder.serve.llm.VLLMRung` where the rung runs an engine."""
+    from ray_ladder.serve.llm.engine_rung import VLLMRung
     from ray_ladder.serve.llm.models import NGramRung
 
-    return dict.fromkeys(models, NGramRung)
+    return {name: VLLMRung if m.engine else NGramRung for name, m in models.items()}

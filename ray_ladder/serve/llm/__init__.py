@@ -8,17 +8,18 @@ routes load on first use.
 from __future__ import annotations
 
 from ray_ladder._lazy import lazy_getattr
-from ray_ladder.serve.llm.protocol import GenerationRequest, Message, count_tokens
+from ray_ladder.serve.llm.protocol import GenerationRequest, Message, Tokens, count_tokens
 
 _LAZY = {
     "CounterRung": "ray_ladder.serve.llm.models",
     "NGramRung": "ray_ladder.serve.llm.models",
     "NGramLM": "ray_ladder.serve.llm.ngram",
     "OpenAIBackendRung": "ray_ladder.serve.llm.backend",
+    "VLLMRung": "ray_ladder.serve.llm.engine_rung",
 }
 
 __all__ = ["CounterRung", "GenerationRequest", "Message", "NGramLM", "NGramRung",
-           "OpenAIBackendRung", "count_tokens"]
+           "OpenAIBackendRung", "Tokens", "VLLMRung", "count_tokens"]
 
 # OpenAIBackendRung names the llm extra itself (httpx); the rest needs Ray Serve.
 __getattr__ = lazy_getattr("ray_ladder.serve.llm", _LAZY, globals(), extra="serve")

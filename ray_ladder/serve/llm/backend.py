@@ -105,6 +105,9 @@ class OpenAIBackendRung:
         tokenizer = params.get("tokenizer")
         self.tokenizer: str | None = str(tokenizer) if tokenizer else None
         self.health_timeout_s = float(params.get("health_timeout_s", 10.0))
+        #: The engine's context (vLLM says it in ``/models``): a continuation's budget is
+        #: cut to what is left of it, as the engine cuts an answer that reaches it.
+        self.max_model_len: int | None = None
         if self.continue_with not in CONTINUE_MODES:
             raise ValueError(f"rung {rung.name}: params.continue_with must be one of "
                              f"{CONTINUE_MODES}, got {self.continue_with!r}")
@@ -161,6 +164,8 @@ class OpenAIBackendRung:
             self._vllm = model.get("owned_by") == "vllm"
         if self.tokenizer is None:
             self.tokenizer = str(model.get("root") or model.get("id") or self.model)
+        if isinstance(model.get("max_model_len"), int):
+            self.max_model_len = int(model["max_model_len"])
 
     async def _tokenize(self, body: dict[str, Any]) -> list[int]:
         """vLLM's ``POST /tokenize`` (at the server's root, beside ``/v1``)."""
@@ -210,8 +215,14 @@ class OpenAIBackendRung:
                 await self._learn()
             path, body = self._body(request)
             if self._vllm and request.continuation:
-                path, body = "/completions", {**body, "prompt": await
-                                              self._continued_prompt(request)}
+                prompt = await self._continued_prompt(request)
+                path, body = "/completions", {**body, "prompt": prompt}
+                room = None if self.max_model_len is None else self.max_model_len - len(prompt)
+                if room is not None and room <= 0:  # the answer already fills this context:
+                    yield Tokens("", 0, finish_reason="length")  # as the engine ends one
+                    return
+                if room is not None:
+                    body["max_tokens"] = min(body["max_tokens"], room)
                 body.pop("messages", None)
                 body.pop("continue_final_message", None)
                 body.pop("add_generation_prompt", None)

@@ -39,6 +39,7 @@ class StreamRecord:
         tokenizer: Whose ids they are (``None``: unknown or several tokenizers).
         prompt_tokens: The engine's count of the prompt, when the rung that started the
             answer reported one.
+        rung: The rung that finished the answer (set when it ends).
     """
 
     text: str = ""
@@ -48,6 +49,7 @@ class StreamRecord:
     ids: list[int] = field(default_factory=list)
     tokenizer: str | None = None
     prompt_tokens: int | None = None
+    rung: str | None = None
     _ids_known: bool = True
     _held: list[Tokens] = field(default_factory=list)
 

@@ -183,7 +183,8 @@ async def handle(router: Router, request: Any, max_body_bytes: int) -> Any:
     refused, first = await _first(pieces, degraded)
     if refused is not None:
         return refused
-    rung = first.rung if first is not None else (next(iter(record.tokens), None) or "none")
+    # An answer with no text (the engine finished at once) is the finishing rung's.
+    rung = first.rung if first is not None else (record.rung or ladder.names[0])
     headers = http.answer_headers(rung, degraded)
     if not req.stream:
         try:
@@ -195,6 +196,7 @@ async def handle(router: Router, request: Any, max_body_bytes: int) -> Any:
             return _error(OpenAIError(503, str(err), type="ladder_exhausted", code="exhausted",
                                       headers=http.failed_headers(
                                           ladder.policy.retry_after_s, degraded)))
+        rung = record.rung or rung  # the rung that finished it (it may have sent no text)
         headers[http.RUNG_HEADER] = rung
         return JSONResponse(answer.whole(rung, record, degraded_s=degraded), headers=headers)
     return StreamingResponse(_sse(answer, first, pieces, record, degraded, wants_usage(req)),
@@ -205,7 +207,7 @@ async def handle(router: Router, request: Any, max_body_bytes: int) -> Any:
 async def _sse(answer: Answer, first: Piece | None, pieces: AsyncIterator[Piece],
                record: StreamRecord, degraded: float, usage: bool) -> AsyncIterator[bytes]:
     """The event stream: one chunk per piece, the finish chunk, usage, ``[DONE]``."""
-    rung = first.rung if first is not None else "none"
+    rung = first.rung if first is not None else (record.rung or "")
     try:
         if first is not None:
             yield answer.chunk(first.rung, first.text, degraded_s=degraded,
@@ -223,6 +225,7 @@ async def _sse(answer: Answer, first: Piece | None, pieces: AsyncIterator[Piece]
         yield answer.error_chunk(rung_error(err), type="server_error")
         yield DONE
         return
+    rung = record.rung or rung  # the rung that finished it (it may have sent no text)
     yield answer.final(rung, record, degraded_s=degraded)
     if usage:
         yield answer.usage_chunk(rung, record)

@@ -125,7 +125,7 @@ class StreamDriver:
                 text = hit.value if hit is not None and isinstance(hit.value, str) else None
                 if text is not None and text.startswith(record.text):
                     record.tokens[step.rung] = record.tokens.get(step.rung, 0) + 1
-                    record.finish_reason = "stop"
+                    record.finish_reason, record.rung = "stop", step.rung
                     router.served(step.rung)
                     if text[len(record.text):]:
                         yield move.piece(step.rung, text[len(record.text):])
@@ -222,6 +222,7 @@ class StreamDriver:
                   constraints: Constraints | None) -> None:
         router = self.router
         router.served(rung)
+        record.rung = rung
         for switch in record.switches:
             switch.setdefault("to", rung)
         if record.switches:
