@@ -47,7 +47,7 @@ from _machine import MachineProbe  # noqa: E402
 from ray import serve  # noqa: E402
 
 from ray_ladder import Ladder  # noqa: E402
-from ray_ladder.engines.server import VLLMServer  # noqa: E402
+from ray_ladder.engines.server import VLLMServer, reap_orphans  # noqa: E402
 from ray_ladder.engines.tiny import model_path  # noqa: E402
 from ray_ladder.serve import build_app  # noqa: E402
 from ray_ladder.serve.llm.backend import OpenAIBackendRung  # noqa: E402
@@ -170,6 +170,7 @@ def kill(routed: str, cluster: LocalCluster, n: int, tokens: int) -> dict[str, A
                   default=0.0) for r in results]
     return {"kill_streams": n, "kill_moved_streams": moved, "kill_after_s": round(killed_at, 2),
             "kill_broken_streams": sum(1 for r in results if r["error"] or not r["times"]),
+            "kill_errors": sorted({str(r["error"])[:160] for r in results if r["error"]})[:3],
             "kill_wrong_token_counts": sum(1 for r in results if r["tokens"] != tokens),
             "kill_max_pause_s": round(max(pauses), 3)}
 
@@ -200,10 +201,10 @@ def main() -> None:
                     proxy_location="HeadOnly")
         options = {"max_ongoing_requests": 16, "health_check_period_s": 1.0,
                    "health_check_timeout_s": 30.0, "graceful_shutdown_timeout_s": 1.0}
+        plain.wait_ready(300)  # before a100's replica checks it (else Serve gives it up)
         serve._run(build_app(spec, {"h100": VLLMRung, "a100": OpenAIBackendRung},
                              deployment_options={"h100": options, "a100": options}),
                    name="engines", route_prefix="/engines", _blocking=False)
-        plain.wait_ready(300)
         out["engine_rss_mib"] = rss_mib(plain)
         url = f"http://127.0.0.1:{port}/engines"
         wait_until(lambda: httpx.get(f"{url}/-/ladder").json()["current"] == "h100", 400,
@@ -229,6 +230,7 @@ def main() -> None:
         serve.shutdown()
         cluster.shutdown()
         plain.stop()
+        reap_orphans()
     out["goals"] = {
         "ttft_ratio_le_1_10": out["ttft_ratio"] <= 1.10,
         "tokens_per_s_ratio_ge_0_95": out["tokens_per_s_ratio"] >= 0.95,

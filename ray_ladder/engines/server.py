@@ -21,16 +21,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 #: What a tiny model needs, and what keeps two engines within a 2-core machine's means.
-DEFAULT_ARGS = ("--max-model-len", "512", "--enforce-eager",
+DEFAULT_ARGS = ("--max-model-len", "1024", "--enforce-eager",
                 "--kv-cache-memory-bytes", "64M", "--disable-uvicorn-access-log")
 
 
-def _die_with_parent() -> None:
-    """In the child before its exec: SIGKILL it when its parent ends (Linux only)."""
-    import ctypes
+#: Set in every engine process's environment: the pid of the process that started it.
+ENGINE_ENV = "RAY_LADDER_ENGINE_OF"
 
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+def reap_orphans() -> int:
+    """SIGKILL the process groups of engines whose starter is gone (a replica killed
+    before its guard could act): what a test or bench calls when it ends. Returns how
+    many groups it killed."""
+    import psutil
+
+    groups = set()
+    for proc in psutil.process_iter(["pid"]):
+        with contextlib.suppress(psutil.Error, OSError):
+            starter = proc.environ().get(ENGINE_ENV)
+            if starter is not None and not psutil.pid_exists(int(starter)):
+                groups.add(os.getpgid(proc.pid))
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+    return len(groups)
 
 
 def free_port() -> int:
@@ -50,8 +64,9 @@ class VLLMServer:
         port: Its port (0: a free one).
         args: Other ``api_server`` arguments (:data:`DEFAULT_ARGS` by default).
         log: Where its output goes (``None``: a file in ``$TMPDIR`` named after it).
-        die_with_parent: End the server when the process that started it ends (Linux's
-            parent-death signal): a rung replica's engine ends with the replica.
+        die_with_parent: End the server and its engine's processes when the process that
+            started it ends (through :mod:`ray_ladder.engines.guard`): a rung replica's
+            engine ends with the replica.
 
     Example:
         >>> server = VLLMServer(model_path("tiny-chatml"), "tiny-chatml")  # doctest: +SKIP
@@ -73,8 +88,10 @@ class VLLMServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def command(self) -> list[str]:
-        """The server's command line."""
-        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        """The server's command line (behind the guard when it dies with its parent)."""
+        guard = [sys.executable, "-m", "ray_ladder.engines.guard"] if self.die_with_parent \
+            else []
+        return [*guard, sys.executable, "-m", "vllm.entrypoints.openai.api_server",
                 "--model", str(self.model), "--served-model-name", self.name,
                 "--host", "127.0.0.1", "--port", str(self.port), *self.args]
 
@@ -84,12 +101,11 @@ class VLLMServer:
         log = self.log or Path(os.environ.get("TMPDIR", "/tmp")) / \
             f"vllm-{self.name}-{self.port}.log"
         self.log = log
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get(
-            "VLLM_CPU_KVCACHE_SPACE") or "1"}
+        env = {**os.environ, ENGINE_ENV: str(os.getpid()),
+               "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE") or "1"}
         with open(log, "ab") as out:
-            self.process = subprocess.Popen(
-                self.command(), stdout=out, stderr=out, env=env, start_new_session=True,
-                preexec_fn=_die_with_parent if self.die_with_parent else None)
+            self.process = subprocess.Popen(self.command(), stdout=out, stderr=out, env=env,
+                                            start_new_session=True)
         return self
 
     def ready(self) -> bool:
@@ -134,20 +150,19 @@ class VLLMServer:
         self._signal(signal.SIGKILL)
 
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL after 10 s."""
+        """SIGTERM, up to 10 s to exit, then SIGKILL to whatever is left of its group."""
         self._signal(signal.SIGTERM)
         if self.process is not None:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self._signal(signal.SIGKILL)
+        self._signal(signal.SIGKILL)
 
     def _signal(self, sig: int) -> None:
-        if self.process is None or self.process.poll() is not None:
+        """``sig`` to the server's process group (its engine core and workers are in it,
+        and stay in it after the server itself has gone)."""
+        if self.process is None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, sig)
-        except ProcessLookupError:
-            return
-        if sig == signal.SIGKILL:
+        if sig == signal.SIGKILL and self.process.poll() is None:
             self.process.wait()

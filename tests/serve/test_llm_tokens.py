@@ -178,3 +178,40 @@ def test_an_answer_with_no_text_is_its_rung_s():
     rig = Rig(FakeRungCaller({"h100": FakeRung(pieces=[done]), "a100": None}))
     pieces, record = rig.run(rig.stream)
     assert pieces == [] and record.rung == "h100" and record.finish_reason == "stop"
+
+
+# --- pieces that queued go together --------------------------------------------------------
+
+def test_tokens_that_queued_go_as_one_piece_and_a_held_tail_stays_apart():
+    from ray_ladder.serve.llm.coalesce import joined
+
+    batch = [Tokens("a", 1, (1,), "t", prompt_tokens=4), Tokens("b", 2, (2, 3), "t"),
+             Tokens("", 1, (4,), "t")]  # the last: half a character, no text yet
+    head, tail = joined(batch)
+    assert (head.text, head.count, head.ids, head.prompt_tokens) == ("ab", 3, (1, 2, 3), 4)
+    assert (tail.text, tail.count, tail.ids) == ("", 1, (4,))
+    assert joined(["x", "y"]) == ["x", "y"]  # a str piece is a rung's own unit: kept
+    mixed = joined([Tokens("a", 1, (1,), "t"), Tokens("b", 1)])  # ids for one of two
+    assert mixed[0].count == 2 and mixed[0].ids == ()
+
+
+def test_a_batch_is_what_waited_and_an_error_comes_after_the_pieces_before_it():
+    from ray_ladder.serve.llm.coalesce import ready_batches
+
+    async def source():
+        yield 1
+        yield 2
+        await asyncio.sleep(0.05)
+        yield 3
+        raise RuntimeError("lost")
+
+    async def collect():
+        seen = []
+        with pytest.raises(RuntimeError, match="lost"):
+            async for batch in ready_batches(source()):
+                seen.append(batch)
+        return seen
+
+    batches = asyncio.run(collect())
+    assert [p for b in batches for p in b] == [1, 2, 3]  # nothing lost, in order
+    assert batches[0] == [1, 2]  # ready together: one batch

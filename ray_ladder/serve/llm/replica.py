@@ -2,31 +2,49 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ray_ladder.core.context import RungContext
+from ray_ladder.serve.llm.coalesce import joined, ready_batches
 from ray_ladder.serve.llm.protocol import GenerationRequest, Tokens
 
 
 async def stream_pieces(generate: Callable[[GenerationRequest], AsyncIterator[Any]],
                         request: dict[str, Any]) -> AsyncIterator[str | dict[str, Any]]:
     """The pieces of one generation, at most ``max_tokens`` tokens: a ``str`` piece as
-    text (one token), a :class:`Tokens` as its :meth:`~Tokens.wire` dict."""
+    text (one token), a :class:`Tokens` as its :meth:`~Tokens.wire` dict; ``Tokens`` that
+    queued while the one before was sent go together (:mod:`.coalesce`)."""
     req = GenerationRequest.from_dict(request)
     if req.max_tokens <= 0:
         return
     produced = 0
-    async for piece in generate(req):
-        if isinstance(piece, Tokens):
-            yield piece.wire()
-            produced += piece.count
-        else:
-            yield str(piece)
-            produced += 1
-        if produced >= req.max_tokens:
+    batches = ready_batches(generate(req))
+    async with contextlib.aclosing(batches):
+        async for batch in batches:
+            taken = _within(batch, req.max_tokens - produced)
+            for piece in joined(taken):
+                if isinstance(piece, Tokens):
+                    yield piece.wire()
+                    produced += piece.count
+                else:
+                    yield str(piece)
+                    produced += 1
+            if produced >= req.max_tokens or len(taken) < len(batch):
+                return
+
+
+def _within(batch: list[Any], left: int) -> list[Any]:
+    """The first pieces of ``batch`` up to the one that reaches ``left`` tokens."""
+    out = []
+    for piece in batch:
+        out.append(piece)
+        left -= piece.count if isinstance(piece, Tokens) else 1
+        if left <= 0:
             break
+    return out
 
 
 async def whole_answer(generate: Callable[[GenerationRequest], AsyncIterator[Any]],

@@ -143,7 +143,8 @@ class StreamDriver:
                             walk.target_at = None  # the first token's target is met or gone
                             yield piece
                 except RungFailed as failed:
-                    self._lost(walk, step.rung, failed, record, move)
+                    done = record.completion_tokens >= request.max_tokens
+                    self._lost(walk, step.rung, failed, record, move, moves=not done)
                     continue
                 self._finished(step.rung, record, cache_key, constraints)
                 return
@@ -205,7 +206,7 @@ class StreamDriver:
             view.expected_s(target, "first", self.router.now()) <= self._late.bar_s
 
     def _lost(self, walk: Walk, name: str, failed: RungFailed, record: StreamRecord,
-              move: _Move) -> None:
+              move: _Move, moves: bool = True) -> None:
         """``name`` failed the stream: note it; a move the client sees once text was sent."""
         if isinstance(failed, PieceLate):
             self._late.moves_left -= 1
@@ -213,7 +214,8 @@ class StreamDriver:
         self.router.rung_failed(walk, name, failed)
         if failed.timeout and not record.text:
             self.router.hedged(name)  # it was slow to take the stream: started elsewhere
-        if record.text:  # a move the client sees; before any text there is none
+        if record.text and moves:  # a move the client sees (none before any text, none
+            # once the budget is spent: the rung failed after the last token)
             record.switches.append({"from": name, "at_token": record.completion_tokens,
                                     "reason": failed.reason})
             move.previous, move.reason = name, failed.reason
