@@ -51,7 +51,9 @@ def test_the_cloud_clusters_app_takes_streams_and_json_when_on_prem_loses_its_to
     assert [(r["status"], r.get("error"), r.get("pieces", [])[-2:]) for r in results
             if r["status"] != 200] == []  # 0 failed, 0 broken
     for r in streams:  # exact counters: no gap, no repeat, across the clusters
-        assert [int(t) for _, t in r["pieces"]] == list(
+        # A chunk may carry several numbers: the cloud rung's pieces that queued while
+        # one was in flight go to the router together (serve/llm/coalesce.py).
+        assert [int(n) for _, t in r["pieces"] for n in t.split()] == list(
             range(r["start"] + 1, r["start"] + TOKENS + 1)), r
     moved = [r for r in streams if {rung for rung, _ in r["pieces"]} == {"h100", "cloud"}]
     assert moved, ([(round(r["sent"] - results[0]["sent"], 2), [g for g, _ in r["pieces"]][:3])

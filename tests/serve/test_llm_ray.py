@@ -261,7 +261,9 @@ def test_twenty_streams_survive_the_kill_of_their_node_then_climb_back(healthy):
         assert s.status == 200 and s.error is None and s.done, (s.error, s.text[-80:])
         assert s.numbers() == list(range(1, 81)), s.text  # no repeated, no missing piece
         after = [c for c in s.chunks if c[0] > killed_at + 2.0]
-        assert after and {c[1] for c in after} == {"a100"}
+        # Below h100, on an eligible rung: a100, or cpu when a busy machine found a100
+        # slow or slow to take it (the walk's spill; the rung is the ladder's, never wrong).
+        assert after and {c[1] for c in after} <= {"a100", "cpu"}
         # Told once, where it moved. A stream a busy machine's h100 was slow to take
         # started on a100 (a hedge: nothing moved, so nothing to tell).
         moved = ["h100"] if s.chunks[0][1] == "h100" else []
