@@ -23,16 +23,15 @@ __all__ = ["FAST_HEALTH_CHECKS", "HEAD_TYPE", "NODE_TYPE_LABEL", "FakeNodes", "L
 
 logger = logging.getLogger(__name__)
 
-#: Health-check settings that notice a SIGKILLed node in about a second (default: ~14 s).
-#: A killed raylet refuses the check at once (detection: about threshold x period); the
-#: longer timeout keeps a live but CPU-starved raylet (a loaded 2-core box) alive.
+#: Set unless already set: no usage stats; Serve kills a proxy that misses 3 readiness
+#: checks of 5 s (a loaded 2-core machine did): a slow start is not a dead proxy.
+RAY_ENV_DEFAULTS = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "30"}
+#: Health checks that notice a SIGKILLed node in about a second (default: ~14 s): a killed
+#: raylet refuses the check at once (about threshold x period); the long timeout keeps a
+#: live, CPU-starved raylet alive (docs/testing.md: 1.5 s was too short beside engines).
 FAST_HEALTH_CHECKS: dict[str, Any] = {
-    "health_check_initial_delay_ms": 0,
-    "health_check_period_ms": 500,
-    "health_check_timeout_ms": 1500,
-    "health_check_failure_threshold": 2,
-}
-
+    "health_check_initial_delay_ms": 0, "health_check_period_ms": 500,
+    "health_check_timeout_ms": 5000, "health_check_failure_threshold": 2}
 NODE_TYPE_LABEL = "ladder.node-type"
 HEAD_TYPE = "head"
 
@@ -198,7 +197,8 @@ class LocalCluster:
 
         A start that Ray gives up on (see :data:`~ray_ladder.cluster.local_processes.
         START_ATTEMPTS`) is stopped and tried again on a fresh port."""
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        for name, value in RAY_ENV_DEFAULTS.items():
+            os.environ.setdefault(name, value)
         return start_with_retries(self._start_once, "the local cluster")
 
     def _start_once(self) -> LocalCluster:

@@ -32,7 +32,11 @@ from ray_ladder.serve.llm.engine_rung import VLLMRung
 from ray_ladder.testing import free_port, wait_until
 from tests.engines._engines import engines_or_skip
 
-pytestmark = [pytest.mark.ray, pytest.mark.engine, pytest.mark.long, pytest.mark.timeout(900)]
+#: ``alone``: three engines on two cores beside another module's cluster starved each
+#: other (CI's parallel pass: the h100 engine took none of 8 requests within 5 s, so the
+#: router gave its rung up and the module's order of kills fell apart).
+pytestmark = [pytest.mark.ray, pytest.mark.engine, pytest.mark.long, pytest.mark.alone,
+              pytest.mark.timeout(900)]
 
 STREAMS = 8
 #: The engines' context is 1,024 tokens; a prompt here is about 25. Long answers, so that
@@ -98,14 +102,43 @@ def _engine(server: Any) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0, timeout=120)
 
 
-def _greedy(stack: dict[str, Any], prompt: str, max_tokens: int = MAX_TOKENS) -> str:
-    """The uninterrupted greedy answer of tiny-chatml (h100's engine; a100's, the same
-    model, when a busy machine's h100 was slow to take the request and it went there)."""
+def _answer(stack: dict[str, Any], prompt: str, max_tokens: int) -> tuple[str, str]:
+    """The whole greedy answer to ``prompt`` and the rung that gave it."""
     answer = _client(stack).chat.completions.create(
         model="engines", messages=[{"role": "user", "content": prompt}],
         max_tokens=max_tokens, temperature=0)
-    assert answer.model_extra["ladder"]["rung"] in ("h100", "a100")
-    return answer.choices[0].message.content or ""
+    return answer.choices[0].message.content or "", answer.model_extra["ladder"]["rung"]
+
+
+def _greedy(stack: dict[str, Any], prompt: str, max_tokens: int = MAX_TOKENS) -> str:
+    """The uninterrupted greedy answer of tiny-chatml (h100's engine; a100's, the same
+    model). A busy machine's h100 and a100 may both be slow to take a request, which
+    then starts on cpu (another model): asked again, up to three times."""
+    seen = []
+    for _ in range(3):
+        text, rung = _answer(stack, prompt, max_tokens)
+        if rung in ("h100", "a100"):
+            return text
+        seen.append(rung)
+    raise AssertionError(f"tiny-chatml never answered {prompt!r}: {seen}")
+
+
+def _references(stack: dict[str, Any]) -> list[str]:
+    """Every prompt's uninterrupted greedy tiny-chatml answer (asked 8 at once, as the
+    streams will be; one that another model gave is asked again)."""
+    if stack["references"]:
+        return stack["references"]
+    answers: dict[int, tuple[str, str]] = {}
+    asked = [threading.Thread(target=lambda i=i: answers.__setitem__(
+        i, _answer(stack, PROMPTS[i], MAX_TOKENS))) for i in range(STREAMS)]
+    for t in asked:
+        t.start()
+    for t in asked:
+        t.join(300)
+    stack["references"] = [
+        answers[i][0] if answers.get(i, ("", ""))[1] in ("h100", "a100")
+        else _greedy(stack, PROMPTS[i]) for i in range(STREAMS)]
+    return stack["references"]
 
 
 def _chat_prompt_tokens(prompt: str) -> int:
@@ -221,32 +254,31 @@ def _usage(usage: Any) -> tuple[int, dict[str, int], dict[str, Any]]:
 
 
 def test_same_model_below_continues_the_greedy_text_exactly(stack):
-    answers: dict[int, str] = {}  # uninterrupted greedy tiny-chatml, 8 at once
-    asked = [threading.Thread(target=lambda i=i: answers.__setitem__(i, _greedy(
-        stack, PROMPTS[i]))) for i in range(STREAMS)]
-    for t in asked:
-        t.start()
-    for t in asked:
-        t.join(300)
-    references = [answers[i] for i in range(STREAMS)]
-    stack["references"] = references
+    references = _references(stack)
+    # A busy machine's h100 may have been slow to take some of those (a hedge, or marked
+    # down for a while): the streams start on it again.
+    wait_until(lambda: _state(stack)["current"] == "h100", 300, 0.5, "the ladder on h100")
     pieces, usage, cut = _kill_mid_generation(stack, "h100")
     moved = 0
     for i in range(STREAMS):
         done, by_rung, ladder = _usage(usage[i])
-        assert done == MAX_TOKENS, (done, ladder)
         text = "".join(t for _, t, _ in pieces[i])
         if set(by_rung) <= {"h100", "a100"}:  # tiny-chatml all along: its greedy text
+            assert done == MAX_TOKENS, (done, ladder)
             assert text == references[i], (i, cut[i], text, references[i])
-        else:  # a busy machine's h100 was slow to take it: started on cpu, stayed there
-            assert set(by_rung) == {"cpu"} and not ladder["switches"], ladder
-        moved += [s["from"] for s in ladder["switches"]] == ["h100"]
+        else:  # a busy machine's a100 was slow too: it went on to cpu (another model,
+            # whose context may end it sooner); what tiny-chatml gave is still its own
+            ours = "".join(t for r, t, _ in pieces[i][:next(
+                (k for k, (r, _, _) in enumerate(pieces[i]) if r == "cpu"), None)])
+            assert done <= MAX_TOKENS and references[i].startswith(ours), (i, ours)
+            assert ladder["rung"] == "cpu", ladder
+        moved += bool(ladder["switches"]) and ladder["switches"][0]["from"] == "h100"
     assert moved >= 1, cut  # streams that had sent text moved, and their text is whole
 
 
 def test_a_killed_engine_s_streams_finish_on_a_model_with_another_tokenizer(stack):
     low = stack["servers"]["low"]
-    wait_until(lambda: _state(stack)["current"] == "a100", 60, 0.2, "the ladder on a100")
+    wait_until(lambda: _state(stack)["current"] == "a100", 300, 0.2, "the ladder on a100")
     pieces, usage, cut = _kill_mid_generation(stack, "a100")
     moved = 0
     for i in range(STREAMS):
@@ -289,4 +321,4 @@ def test_a_new_engine_takes_the_top_rung_back(stack):
         temperature=0)
     assert answer.model_extra["ladder"]["rung"] == "h100"
     text = answer.choices[0].message.content or ""
-    assert text and stack["references"][2].startswith(text)  # the same model, greedy
+    assert text and _references(stack)[2].startswith(text)  # the same model, greedy
