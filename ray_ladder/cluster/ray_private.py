@@ -191,6 +191,17 @@ def replica_assigned(response: Any) -> Awaitable[Any]:
     return response._fetch_future_result_async()  # type: ignore[no-any-return]
 
 
+def serve_llm_tokenize_models() -> tuple[type, type]:
+    """Ray Serve LLM's ``TokenizeChatRequest`` and ``TokenizeCompletionRequest`` (what
+    ``LLMServer.tokenize`` takes; not re-exported by ``ray.serve.llm``)."""
+    from ray.llm._internal.serve.core.configs.openai_api_models import (
+        TokenizeChatRequest,
+        TokenizeCompletionRequest,
+    )
+
+    return TokenizeChatRequest, TokenizeCompletionRequest
+
+
 def set_trial_status(tune_controller: Any, trial: Any, status: str) -> None:
     """Set a trial's status the way Tune's controller does (``_set_trial_status``)."""
     tune_controller._set_trial_status(trial, status)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from types import SimpleNamespace
+
 import pytest
 from ray import serve
 from ray.exceptions import RayTaskError
@@ -10,7 +13,12 @@ from ray_ladder import Ladder, RungContext, RungUnavailableError
 from ray_ladder.serve import build_app
 from ray_ladder.serve.deployed import rung_class
 from ray_ladder.serve.errors import MAX_MESSAGE_CHARS, public_error
-from ray_ladder.serve.llm.openai_server import is_openai_server, item_texts, openai_body
+from ray_ladder.serve.llm.openai_server import (
+    OpenAIServerRung,
+    is_openai_server,
+    item_texts,
+    openai_body,
+)
 from ray_ladder.serve.llm.protocol import GenerationRequest, Message
 
 LADDER = Ladder.from_yaml("""
@@ -146,3 +154,72 @@ def test_public_error_is_the_users_type_and_first_line_without_internals():
     nested = RayTaskError("outer", "tb", ray_error(KeyError("k")))
     assert public_error(nested) == ("KeyError", "'k'")
 
+
+
+class _TokenizingServer(OpenAIServerRung):
+    """Shaped like Ray Serve LLM's ``LLMServer`` on a vLLM engine: ``tokenize`` too."""
+
+    def __init__(self, tokenizer: str, context: int = 64) -> None:
+        self.ladder_rung = RungContext("a100", 1, "a100", params={
+            "model": "m", "tokenizer": tokenizer})
+        self.asked: list[tuple[str, object]] = []
+        self.context = context
+
+    async def tokenize(self, request):
+        self.asked.append(("tokenize", request))
+
+        async def answer():
+            yield SimpleNamespace(tokens=[1, 2, 3], max_model_len=self.context)
+        return answer()
+
+    async def chat(self, request):
+        raise AssertionError("a moved stream is a completion of token ids")
+
+    async def completions(self, request):
+        self.asked.append(("completions", request))
+
+        async def answer():
+            yield ['data: {"choices": [{"text": "x", "token_ids": [9], "finish_reason": '
+                   '"length"}], "usage": {"completion_tokens": 1, "prompt_tokens": 5}}\n\n'
+                   'data: [DONE]\n\n']
+        return answer()
+
+
+def _moved(tokenizer: str | None) -> GenerationRequest:
+    return GenerationRequest(messages=(Message("user", "hi"),), continuation="one tw",
+                             continuation_ids=(7, 8), tokenizer=tokenizer, max_tokens=100,
+                             ignore_eos=True)
+
+
+async def _pieces(server: _TokenizingServer, request: GenerationRequest) -> list:
+    return [p async for p in server.generate(request)]
+
+
+def _field(request: object, name: str) -> object:
+    return getattr(request, name)
+
+
+def test_an_engine_server_continues_from_its_own_tokens_in_its_own_template():
+    # Before: a stream that moved onto an LLMServer went on from "user: hi\nassistant: one
+    # tw", a prompt its model was never trained on, and its chunks were counted as tokens.
+    same = _TokenizingServer(tokenizer="t")
+    pieces = asyncio.run(_pieces(same, _moved("t")))
+    (_, tok), (_, completion) = same.asked
+    assert _field(tok, "add_generation_prompt") is True  # the chat template's own turn
+    assert list(_field(completion, "prompt")) == [1, 2, 3, 7, 8]  # + the ids sent
+    assert _field(completion, "max_tokens") == 59  # cut to the room in its context
+    assert _field(completion, "ignore_eos") is True
+    assert [(p.text, p.count) for p in pieces] == [("x", 1)]  # the engine's count
+    other = _TokenizingServer(tokenizer="u")
+    asyncio.run(_pieces(other, _moved("t")))
+    (_, tok), (_, completion) = other.asked
+    assert _field(tok, "continue_final_message") is True  # the text, as its assistant's
+    assert [m["content"] for m in _field(tok, "messages")] == ["hi", "one tw"]
+    assert list(_field(completion, "prompt")) == [1, 2, 3]
+
+
+def test_an_answer_that_fills_the_engine_s_context_ends_with_length():
+    full = _TokenizingServer(tokenizer="t", context=5)
+    pieces = asyncio.run(_pieces(full, _moved("t")))
+    assert [(p.count, p.finish_reason) for p in pieces] == [(0, "length")]
+    assert [kind for kind, _ in full.asked] == ["tokenize"]

@@ -5,6 +5,7 @@ short of its answer."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import pytest
@@ -106,9 +107,9 @@ def test_a_malformed_line_is_the_rung_s_failure_not_the_request_s():
         ChunkReader("b").line("data: {not json")
 
 
-def _rung(handler) -> OpenAIBackendRung:
+def _rung(handler, engine: str = "openai") -> OpenAIBackendRung:
     rung = OpenAIBackendRung(RungContext("ext", 0, "x", params={
-        "base_url": "http://backend.invalid/v1", "model": "m", "engine": "openai"}))
+        "base_url": "http://backend.invalid/v1", "model": "m", "engine": engine}))
     rung._client = httpx.AsyncClient(base_url=rung.base_url,
                                      transport=httpx.MockTransport(handler))
     return rung
@@ -144,6 +145,28 @@ def test_a_finished_stream_yields_its_text():
             "data: [DONE]\n\n")
     rung = _rung(lambda request: httpx.Response(200, text=body))
     assert "".join(p.text for p in asyncio.run(_drain(rung))) == "ab"
+
+
+@pytest.mark.parametrize(("engine", "sent"), [("vllm", True), ("openai", False)])
+def test_ignore_eos_goes_to_a_vllm_engine_only(engine, sent):
+    bodies: list[dict] = []
+    done = 'data: {"choices": [{"text": "a", "finish_reason": "length"}]}\n\ndata: [DONE]\n\n'
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":  # vLLM's /models: its context length
+            return httpx.Response(200, json={"data": [{"id": "m", "max_model_len": 64}]})
+        bodies.append(json.loads(request.content))
+        return httpx.Response(200, text=done)
+
+    rung = _rung(handler, engine)
+    asyncio.run(_collect(rung.generate(GenerationRequest(prompt="p", max_tokens=4,
+                                                         ignore_eos=True))))
+    assert bodies and bodies[-1].get("ignore_eos", False) is sent  # a plain OpenAI API
+    # would answer an unknown field with a 400
+
+
+async def _collect(pieces) -> list[Tokens]:
+    return [p async for p in pieces]
 
 
 # --- the stream driver over a fake caller: engine tokens across a move --------------------

@@ -68,6 +68,8 @@ def test_a_completion_request_and_text_parts() -> None:
     ({**CHAT, "tool_choice": "auto"}, 400, "tool_choice"),
     ({**CHAT, "logit_bias": {"50256": -100}}, 400, "logit_bias"),
     ({**CHAT, "logprobs": 0}, 400, "logprobs"),
+    ({**CHAT, "repetition_penalty": 1.2}, 400, "repetition_penalty"),
+    ({**CHAT, "ignore_eos": "yes"}, 400, "ignore_eos"),
 ])
 def test_malformed_or_unsupported_requests_are_4xx_naming_the_param(
         body: object, status: int, param: str | None) -> None:
@@ -93,6 +95,18 @@ def test_no_op_values_client_frameworks_send_on_every_request_are_accepted() -> 
     assert gen.temperature == 0.0 and gen.top_p == 1.0  # an integer is a number
     parse_request("completion", {"model": "llm", "prompt": "x", "echo": False,
                                  "best_of": 1, "suffix": ""}, "llm")
+
+
+def test_vllm_s_load_generator_fields_are_accepted_and_ignore_eos_is_carried() -> None:
+    # vLLM's serving benchmark sends both on every request (random prompts: ignore_eos);
+    # before, each was a 400 "unknown field", so every request of its run failed.
+    _, gen = parse_request("completion", {"model": "llm", "prompt": "x", "max_tokens": 4,
+                                          "repetition_penalty": 1.0, "ignore_eos": True,
+                                          "stream": True}, "llm")
+    assert gen.ignore_eos
+    assert GenerationRequest.from_dict(gen.continuing("a", 1).to_dict()).ignore_eos
+    _, plain = parse_request("chat", CHAT, "llm")
+    assert not plain.ignore_eos
 
 
 def test_a_continuation_carries_the_text_sent_and_the_tokens_left() -> None:

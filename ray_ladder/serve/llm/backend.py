@@ -11,6 +11,12 @@ from ray_ladder._lazy import requires_extra
 from ray_ladder.core.context import RungContext
 from ray_ladder.core.exceptions import RungUnavailableError
 from ray_ladder.serve.llm.chunks import ChunkReader
+from ray_ladder.serve.llm.continuation import (
+    VLLM_STREAM,
+    completion_of,
+    same_tokenizer,
+    tokenize_body,
+)
 from ray_ladder.serve.llm.protocol import GenerationRequest, Tokens
 
 with requires_extra("llm", "OpenAIBackendRung"):
@@ -21,9 +27,6 @@ ENGINES = ("auto", "vllm", "openai")
 #: Backend answers that are the rung's fault, not the request's: its key (401, 403), its
 #: model or route (404), its time or its rate (408, 429). Every 5xx too.
 RUNG_FAULTS = frozenset({401, 403, 404, 408, 429})
-#: What a stream asks of vLLM: each chunk's token ids and the running token count.
-VLLM_STREAM = {"return_token_ids": True,
-               "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
 
 
 def _messages(request: GenerationRequest) -> list[dict[str, str]]:
@@ -135,6 +138,8 @@ class OpenAIBackendRung:
             body["stop"] = list(request.stop)
         if self._vllm:
             body.update(VLLM_STREAM)
+            if request.ignore_eos:
+                body["ignore_eos"] = True
         if request.is_chat and not request.continuation:
             body["messages"] = _messages(request)
             return "/chat/completions", body
@@ -151,8 +156,7 @@ class OpenAIBackendRung:
 
     def _same(self, request: GenerationRequest) -> bool:
         """Whether the text already sent is in this rung's own token ids."""
-        return bool(request.continuation_ids) and request.tokenizer is not None \
-            and request.tokenizer == self.tokenizer
+        return same_tokenizer(request, self.tokenizer)
 
     async def _learn(self) -> None:
         """What the server is (once): vLLM or not (``engine: auto``), and its tokenizer's
@@ -176,23 +180,9 @@ class OpenAIBackendRung:
         return [int(t) for t in response.json()["tokens"]]
 
     async def _continued_prompt(self, request: GenerationRequest) -> list[int]:
-        """A moved stream's prompt in this engine's tokens, rendered with its own chat
-        template: the conversation and the text sent, from its ids where this rung's
-        tokenizer made them (a word cut in two re-tokenizes otherwise), else from text."""
-        same = self._same(request)
-        if request.prompt is not None:
-            if same:
-                return [*await self._tokenize({"prompt": request.prompt}),
-                        *request.continuation_ids]
-            return await self._tokenize({"prompt": request.prompt + request.continuation})
-        if same:
-            return [*await self._tokenize({"messages": _messages(request),
-                                           "add_generation_prompt": True}),
-                    *request.continuation_ids]
-        return await self._tokenize({
-            "messages": [*_messages(request),
-                         {"role": "assistant", "content": request.continuation}],
-            "add_generation_prompt": False, "continue_final_message": True})
+        """A moved stream's prompt in this engine's tokens (``serve/llm/continuation.py``)."""
+        body, tail = tokenize_body(request, self._same(request))
+        return [*await self._tokenize(body), *tail]
 
     async def _refuse(self, response: httpx.Response, path: str) -> None:
         """A 4xx or 5xx answer: the rung's fault (it falls) or the request's (400)."""
@@ -216,16 +206,11 @@ class OpenAIBackendRung:
             path, body = self._body(request)
             if self._vllm and request.continuation:
                 prompt = await self._continued_prompt(request)
-                path, body = "/completions", {**body, "prompt": prompt}
-                room = None if self.max_model_len is None else self.max_model_len - len(prompt)
-                if room is not None and room <= 0:  # the answer already fills this context:
+                completion = completion_of(body, prompt, self.max_model_len)
+                if completion is None:  # the answer already fills this context:
                     yield Tokens("", 0, finish_reason="length")  # as the engine ends one
                     return
-                if room is not None:
-                    body["max_tokens"] = min(body["max_tokens"], room)
-                body.pop("messages", None)
-                body.pop("continue_final_message", None)
-                body.pop("add_generation_prompt", None)
+                path, body = "/completions", completion
             reader = ChunkReader(f"{self.base_url}{path}", self.tokenizer,
                                  usage_counts=bool(self._vllm))
             async with self._client.stream("POST", path, json=body) as response:

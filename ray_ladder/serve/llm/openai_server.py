@@ -11,6 +11,12 @@ from typing import Any, Literal
 from ray_ladder.core.context import RungContext
 from ray_ladder.core.exceptions import RungUnavailableError
 from ray_ladder.serve.llm.chunks import ChunkReader
+from ray_ladder.serve.llm.continuation import (
+    VLLM_STREAM,
+    completion_of,
+    same_tokenizer,
+    tokenize_body,
+)
 from ray_ladder.serve.llm.protocol import GenerationRequest, Tokens
 
 Kind = Literal["chat", "completion"]
@@ -31,9 +37,12 @@ def is_openai_server(cls: type) -> bool:
             and not callable(getattr(cls, "generate", None)))
 
 
-def openai_body(request: GenerationRequest, model: str) -> tuple[Kind, dict[str, Any]]:
+def openai_body(request: GenerationRequest, model: str,
+                engine: bool = False) -> tuple[Kind, dict[str, Any]]:
     """The streamed OpenAI request for ``request``: chat for a fresh chat, else a
-    completion of the rendered context (a stream that moved here continues its text).
+    completion of the rendered context (a stream that moved here continues its text; an
+    ``engine`` that tokenizes continues from its own tokens instead: :class:`OpenAIServerRung`).
+    An ``engine`` (vLLM's request models: ``LLMServer``) is asked for its token counts.
 
     Example:
         >>> openai_body(GenerationRequest(prompt="Once", max_tokens=3), "m")[1]["prompt"]
@@ -45,6 +54,10 @@ def openai_body(request: GenerationRequest, model: str) -> tuple[Kind, dict[str,
         body["seed"] = request.seed
     if request.stop:
         body["stop"] = list(request.stop)
+    if engine:
+        body.update(VLLM_STREAM)
+        if request.ignore_eos:
+            body["ignore_eos"] = True
     if request.is_chat and not request.continuation:
         body["messages"] = [{"role": m.role, "content": m.content} for m in request.messages]
         return "chat", body
@@ -78,16 +91,28 @@ def item_texts(item: Any) -> list[str]:
     return [t.text for t in item_tokens(item, ChunkReader("engine")) if t.text]
 
 
-def openai_request(kind: Kind, body: dict[str, Any]) -> Any:
-    """The request object ``chat`` / ``completions`` take: Ray Serve LLM's
-    ``ChatCompletionRequest`` / ``CompletionRequest`` where it is installed (it needs vLLM
-    or SGLang), else the fields as attributes."""
+def openai_request(kind: Kind | Literal["tokenize"], body: dict[str, Any]) -> Any:
+    """The request object ``chat`` / ``completions`` / ``tokenize`` take: Ray Serve LLM's
+    ``ChatCompletionRequest`` / ``CompletionRequest`` / ``TokenizeChatRequest`` or
+    ``TokenizeCompletionRequest`` where it is installed (it needs vLLM or SGLang), else
+    the fields as attributes."""
     try:
         from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
     except ImportError:
         return SimpleNamespace(**body)
+    if kind == "tokenize":
+        return _tokenize_request(body)
     model = ChatCompletionRequest if kind == "chat" else CompletionRequest
     return model(**body)
+
+
+def _tokenize_request(body: dict[str, Any]) -> Any:
+    """Ray Serve LLM's tokenize request of ``body`` (``messages``: the chat one); its
+    models live beside the public ones (``ray.llm``'s serve configs)."""
+    from ray_ladder.cluster.ray_private import serve_llm_tokenize_models
+
+    chat, completion = serve_llm_tokenize_models()
+    return (chat if "messages" in body else completion)(**body)
 
 
 class OpenAIServerRung:
@@ -99,24 +124,58 @@ class OpenAIServerRung:
 
     ladder_rung: RungContext
 
-    def ladder_openai_request(self, kind: Kind, body: dict[str, Any]) -> Any:
+    def ladder_openai_request(self, kind: Kind | Literal["tokenize"],
+                              body: dict[str, Any]) -> Any:
         """The request object of one call (:func:`openai_request`)."""
         return openai_request(kind, body)
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Tokens]:
         """Stream the server's pieces for ``request`` as engine tokens (a stream that
-        ends before its answer did is the rung's failure)."""
+        ends before its answer did is the rung's failure).
+
+        A server with ``tokenize`` (``LLMServer``: a vLLM engine) counts its own tokens,
+        and continues a stream that moved here from its own chat template and, where its
+        tokenizer (``params.tokenizer``, else ``params.model``) made the text sent, from
+        those token ids (``serve/llm/continuation.py``); another server continues from
+        the text rendered as ``role: content`` lines.
+        """
         rung = self.ladder_rung
         model = str(rung.params.get("model", rung.name))
-        kind, body = openai_body(request, model)
+        tokenizer = str(rung.params.get("tokenizer") or model)
+        engine = callable(getattr(self, "tokenize", None))
+        kind, body = openai_body(request, model, engine)
+        if engine and request.continuation:
+            ask, tail = tokenize_body(request, same_tokenizer(request, tokenizer))
+            ids, context = await self._ladder_tokens({"model": model, **ask})
+            completion = completion_of(body, [*ids, *tail], context)
+            if completion is None:  # the answer already fills this engine's context
+                yield Tokens("", 0, finish_reason="length")
+                return
+            kind, body = "completion", completion
         method = getattr(self, "chat" if kind == "chat" else "completions")
         stream = method(self.ladder_openai_request(kind, body))
         if inspect.isawaitable(stream):  # LLMServer.chat is async and returns the stream
             stream = await stream
-        reader = ChunkReader(f"rung {rung.name}", str(rung.params.get("tokenizer") or model))
+        reader = ChunkReader(f"rung {rung.name}", tokenizer, usage_counts=engine)
         async for item in stream:
             for piece in item_tokens(item, reader):
                 yield piece
             if reader.done:
                 return
         reader.end()
+
+    async def _ladder_tokens(self, body: dict[str, Any]) -> tuple[list[int], int | None]:
+        """The server's ``tokenize`` of ``body``: the token ids and its context length."""
+        tokenize: Any = getattr(self, "tokenize")  # noqa: B009 - the server's, not ours
+        answer = tokenize(self.ladder_openai_request("tokenize", body))
+        if inspect.isawaitable(answer):
+            answer = await answer
+        items = [i async for i in answer] if hasattr(answer, "__aiter__") else [answer]
+        for item in items:
+            if getattr(item, "error", None) is not None:
+                item_tokens(item, ChunkReader("tokenize"))  # raises: 4xx or the rung's
+            tokens = getattr(item, "tokens", None)
+            if tokens is not None:
+                context = getattr(item, "max_model_len", None)
+                return [int(t) for t in tokens], context if isinstance(context, int) else None
+        raise RungUnavailableError("the engine's tokenize answered no tokens")

@@ -68,6 +68,8 @@ class GenerationRequest:
         top_p: Nucleus sampling mass.
         seed: Sampling seed, when the client gave one.
         stop: Stop sequences (the router also enforces them across rungs).
+        ignore_eos: Generate ``max_tokens`` past the model's end of text (vLLM's
+            extension, for load generators; rungs that cannot may end sooner).
 
     Example:
         >>> GenerationRequest(prompt="Once", max_tokens=5).context_text()
@@ -84,6 +86,7 @@ class GenerationRequest:
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = field(default_factory=tuple)
+    ignore_eos: bool = False
 
     @property
     def is_chat(self) -> bool:

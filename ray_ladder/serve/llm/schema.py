@@ -25,6 +25,8 @@ UNSUPPORTED: dict[str, tuple[Any, ...]] = {
     "parallel_tool_calls": (None,), "audio": (None,), "modalities": (None, ["text"]),
     "prediction": (None,), "echo": (None, False), "best_of": (None, 1), "suffix": (None, ""),
     "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0),
+    # vLLM's extension; its own serving benchmark sends 1.0 (no penalty) on every request.
+    "repetition_penalty": (None, 1, 1.0),
 }
 
 
@@ -108,6 +110,9 @@ class _Common(BaseModel):
     user: str | None = Field(None, description="End-user id (ignored).")
     metadata: dict[str, str] | None = Field(None, description="Ignored.")
     store: bool | None = Field(None, description="Ignored.")
+    ignore_eos: bool = Field(False, description=(
+        "vLLM's extension: generate max_tokens tokens, past the model's end of text. "
+        "Passed to vLLM rungs (load generators send it); another rung may end sooner."))
     tools: Any = None
     tool_choice: Any = None
     functions: Any = None
@@ -122,6 +127,7 @@ class _Common(BaseModel):
     prediction: Any = None
     presence_penalty: Any = None
     frequency_penalty: Any = None
+    repetition_penalty: Any = None
 
     @field_validator("stop")
     @classmethod
@@ -188,7 +194,7 @@ def parse_request(kind: Literal["chat", "completion"], body: Any,
         raise OpenAIError(400, "stream_options is only allowed with stream: true",
                           param="stream_options")
     common = dict(temperature=req.temperature, top_p=req.top_p, seed=req.seed,
-                  stop=req.stops())
+                  stop=req.stops(), ignore_eos=req.ignore_eos)
     if isinstance(req, ChatCompletionRequest):
         max_tokens = req.max_completion_tokens or req.max_tokens or DEFAULT_MAX_TOKENS
         gen = GenerationRequest(messages=tuple(Message(m.role, m.text())
