@@ -29,12 +29,14 @@ from typing import Literal
 #: ``cache_miss`` the cache rung had no fresh answer, ``not_used`` the rung was skipped
 #: (constraints, no text generation), ``no_rung`` nothing eligible was obtainable,
 #: ``budget`` the fleet team's spent budget kept the work off a priced rung (queue,
-#: reject), ``other`` anything else.
+#: reject), ``notice`` the rung's nodes got a preemption notice and an open stream moved
+#: before the kill, ``other`` anything else.
 AttemptCause = Literal["timeout", "rung_down", "unobtainable", "busy", "late", "failed",
-                       "shed", "cache_miss", "not_used", "no_rung", "budget", "other"]
+                       "shed", "cache_miss", "not_used", "no_rung", "budget", "notice",
+                       "other"]
 ATTEMPT_CAUSES: tuple[str, ...] = ("timeout", "rung_down", "unobtainable", "busy", "late",
                                    "failed", "shed", "cache_miss", "not_used", "no_rung",
-                                   "budget", "other")
+                                   "budget", "notice", "other")
 
 
 class LadderError(Exception):

@@ -55,7 +55,9 @@ class RungCaller:
 
     The answer itself may take as long as the model needs (``request_timeout_s``). A
     request still in flight when its rung stops being obtainable (:meth:`signal_lost`)
-    gives up at once.
+    gives up at once. An open stream whose rung's nodes got a preemption notice moves at
+    its next piece once traffic has left that rung (:meth:`signal_leaving`): before the
+    kill, where a lost rung's streams move after it.
 
     Args:
         handles: Rung name -> DeploymentHandle of its deployment.
@@ -85,6 +87,8 @@ class RungCaller:
         self.pending_timeout_s = pending_timeout_s
         self._last_alive: dict[str, float] = {}
         self._down: dict[str, asyncio.Future[None]] = {}
+        self._leaving: set[str] = set()
+        self._leaving_now: dict[str, asyncio.Future[None]] = {}
         self.book = book
         self._clock = clock
         #: The router's own queue per rung (serve/places.py; gated only with a book).
@@ -132,6 +136,25 @@ class RungCaller:
             if future is not None and not future.done():
                 future.set_result(None)
 
+    def signal_leaving(self, rungs: Iterable[str]) -> None:
+        """``rungs`` are going away (a notice) and traffic has left them: open streams
+        there move at their next piece (see :meth:`stream`)."""
+        self._leaving = set(rungs)
+        for rung in self._leaving:
+            future = self._leaving_now.pop(rung, None)
+            if future is not None and not future.done():
+                future.set_result(None)
+
+    def _leaving_signal(self, rung: str) -> asyncio.Future[None]:
+        """Resolved when ``rung`` is left (at once when it already is)."""
+        future = self._leaving_now.get(rung)
+        if future is None or future.done():
+            future = asyncio.get_running_loop().create_future()
+            self._leaving_now[rung] = future
+        if rung in self._leaving:
+            future.set_result(None)
+        return future
+
     def _down_signal(self, rung: str) -> asyncio.Future[None]:
         future = self._down.get(rung)
         if future is None or future.done():
@@ -174,8 +197,9 @@ class RungCaller:
         while the rung showed no sign of life and ``elsewhere()`` (nothing was generated
         yet, so the stream can start on another rung instead). Raises :class:`PieceLate`
         when a piece after the first is ``late_s`` late and ``may_move()`` (another rung
-        that would not be slower can continue it). Closing the iterator cancels the
-        generation on the replica.
+        that would not be slower can continue it); with cause ``notice`` when the rung is
+        left after a preemption notice and ``elsewhere()``. Closing the iterator cancels
+        the generation on the replica.
         """
         down = self._down_signal(rung)
         book = self.book
@@ -200,7 +224,7 @@ class RungCaller:
             if book is not None:
                 book.taken(rung, taken - sent, ahead)
             first = True
-            async for item in self._pieces(rung, gen, down, late_s, may_move):
+            async for item in self._pieces(rung, gen, down, late_s, may_move, elsewhere):
                 if first and book is not None:
                     book.first_piece(rung, self._since(taken), self._clock())
                 first = False
@@ -257,12 +281,15 @@ class RungCaller:
 
     async def _pieces(self, rung: str, gen: Any, down: asyncio.Future[None],
                       late_s: float | None = None,
-                      may_move: Callable[[], bool] = lambda: False
+                      may_move: Callable[[], bool] = lambda: False,
+                      elsewhere: Callable[[], bool] = lambda: False
                       ) -> AsyncGenerator[Any, None]:
         """The stream's pieces until it ends; RungFailed when the rung goes or is silent,
-        PieceLate when a piece after the first is ``late_s`` late and ``may_move()``."""
+        PieceLate when a piece after the first is ``late_s`` late and ``may_move()``,
+        RungFailed ``notice`` when the rung is left after a notice and ``elsewhere()``."""
         loop = asyncio.get_running_loop()
         first = True
+        leaving: asyncio.Future[None] | None = self._leaving_signal(rung)
         while True:
             nxt: asyncio.Future[Any] = asyncio.ensure_future(gen.__anext__())
             if late_s is not None and not first:
@@ -271,9 +298,18 @@ class RungCaller:
                 if not done and may_move():
                     nxt.cancel()
                     raise PieceLate(late_s)
-            done, _ = await asyncio.wait((nxt, down), timeout=self.request_timeout_s,
+            waits = (nxt, down) if leaving is None else (nxt, down, leaving)
+            done, _ = await asyncio.wait(waits, timeout=self.request_timeout_s,
                                          return_when=asyncio.FIRST_COMPLETED)
             first = False
+            if leaving is not None and leaving in done and nxt not in done:
+                if elsewhere():  # what the engine had not sent yet, the next rung makes
+                    nxt.cancel()
+                    raise RungFailed("a preemption notice: the stream moved before the "
+                                     "kill", cause="notice")
+                leaving = None  # nowhere to go: it stays until it ends or the node goes
+                done, _ = await asyncio.wait((nxt, down), timeout=self.request_timeout_s,
+                                             return_when=asyncio.FIRST_COMPLETED)
             if nxt not in done:
                 nxt.cancel()
                 if down in done:

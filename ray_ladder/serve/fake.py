@@ -72,6 +72,7 @@ class FakeRungCaller:
         self.assign_timeout_s = assign_timeout_s
         self.sent: list[str] = []
         self.lost: list[str] = []
+        self.leaving: set[str] = set()
         self.streamed: list[tuple[str, Any]] = []
 
     def rung(self, name: str) -> FakeRung:
@@ -135,6 +136,9 @@ class FakeRungCaller:
             if i and late_s is not None and behaviour.delay_s > late_s and may_move():
                 await asyncio.sleep(late_s)
                 raise PieceLate(late_s)
+            if i and rung in self.leaving and elsewhere():
+                raise RungFailed("a preemption notice: the stream moved before the kill",
+                                 cause="notice")
             await asyncio.sleep(behaviour.delay_s)
             yield piece
         if behaviour.fail_after is not None and behaviour.fail_after >= len(pieces):
@@ -154,3 +158,8 @@ class FakeRungCaller:
     def signal_lost(self, rungs: Iterable[str]) -> None:
         """The walk found ``rungs`` no longer obtainable."""
         self.lost.extend(rungs)
+
+    def signal_leaving(self, rungs: Iterable[str]) -> None:
+        """Traffic left ``rungs`` after a notice: their open streams move (``elsewhere``)
+        at their next piece, as the real caller's do."""
+        self.leaving = set(rungs)

@@ -171,6 +171,7 @@ class Prober:
         for rung in self._state.lost:
             logger.warning("rung %s lost: %s", rung, self._state.why_unobtainable(rung, now))
         self._caller.signal_lost(self._state.lost)
+        self._caller.signal_leaving(self._state.leaving)
         self._caller.set_replicas({r: self._state.replicas(r) for r in self._deployments})
         self._metrics.decision(decision)
         self._metrics.observed(self._state, now)  # `ray-ladder status`, gauges, replica-hours

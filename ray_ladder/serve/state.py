@@ -92,6 +92,9 @@ class RouterState:
         #: Compute rungs the last observation found no longer obtainable (requests still
         #: waiting on them should go elsewhere).
         self.lost: list[str] = []
+        #: Going-away rungs (a preemption notice) the unconstrained selector has left:
+        #: the rung below is warm, so open streams there move before the kill.
+        self.leaving: list[str] = []
 
     # --- observations ------------------------------------------------------------------
 
@@ -125,6 +128,8 @@ class RouterState:
         for key, selector in self._selectors.items():
             self._decisions[key] = selector.observe(self._view(selector), now, why,
                                                     going=self._going, slow=slow)
+        default = self._view(self._selectors[_DEFAULT_KEY])
+        self.leaving = [n for n in self._going if n in self._compute and not default.get(n)]
         return self._decisions[_DEFAULT_KEY]
 
     def _view(self, selector: Selector) -> Mapping[str, bool]:

@@ -179,8 +179,8 @@ class Walker:
         (a timeout: it may be busy), mark it down and move the selectors at once."""
         walk.failed(rung, failed.reason, self._clock(), cause=failed.cause,
                     error=failed.error)
-        if failed.cause == "late":  # a late piece moved a stream: counted, not down
-            self._metrics.attempt_failed(rung, "late")
+        if failed.cause in ("late", "notice"):  # a late piece or a preemption notice
+            self._metrics.attempt_failed(rung, failed.cause)  # moved a stream: not down
         elif not failed.timeout:
             self.mark_failed(rung, failed)
 

@@ -3,6 +3,7 @@ group with it when its starter dies, and the tiny models' recipes (no vLLM, no R
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -66,3 +67,30 @@ def test_an_unknown_recipe_names_the_known_ones():
     assert chatml.vocab_size != inst.vocab_size and chatml.chat_template != inst.chat_template
     # vLLM's CPU attention wants a head size of 32 or 64.
     assert {r.hidden_size // r.heads for r in RECIPES.values()} <= {32, 64}
+
+
+def test_an_llm_server_s_model_tokenizes_a_continuation_in_its_own_template():
+    # LLMServer.tokenize fails on this Ray/vLLM pair ("does not support the 'tokenization'
+    # task"): its rung tokenizes with the served model's own tokenizer in the replica.
+    pytest.importorskip("transformers", reason="the real engine (make engine)")
+    from types import SimpleNamespace
+
+    from ray_ladder.serve.llm.model_tokens import served_model
+
+    class Server:  # what an LLMServer's llm_config() says
+        async def llm_config(self):
+            return SimpleNamespace(
+                model_loading_config=SimpleNamespace(model_id="tiny-chatml",
+                                                     model_source=str(model_path("tiny-chatml"))),
+                engine_kwargs={"max_model_len": 1024})
+
+    tokenizer, context = asyncio.run(served_model(Server()))
+    assert context == 1024
+    turn = [{"role": "user", "content": "hi"}]
+    fresh = tokenizer.ids({"messages": turn, "add_generation_prompt": True})
+    tok = tokenizer._tokenizer
+    assert tok.decode(fresh).endswith("<|im_start|>assistant\n")  # ChatML's own turn
+    cont = tokenizer.ids({"messages": [*turn, {"role": "assistant", "content": "one tw"}],
+                          "add_generation_prompt": False, "continue_final_message": True})
+    assert tok.decode(cont).endswith("<|im_start|>assistant\none tw")  # left open
+    assert asyncio.run(served_model(object())) is None  # not an LLMServer

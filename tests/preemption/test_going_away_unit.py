@@ -85,12 +85,14 @@ def test_router_keeps_the_draining_rung_until_the_next_one_runs_and_warms_it():
     state.observe({"h100": 1, "a100": 0, "cpu": 0}, placeable, now=1,
                   going_away={"h100": 11.0})
     assert state.current == "h100" and state.lost == []  # in-flight requests stay
+    assert state.leaving == []  # nowhere warm to move open streams to: they stay
     assert state.to_prime() == ["a100"]
     # The next rung's replica answers: traffic moves at once, and the reason says why.
     decision = state.observe(None, placeable, now=2, alive=["a100"],
                              going_away={"h100": 11.0})
     assert decision.rung == "a100" and PREEMPTION_NOTICE in decision.reason
     assert state.lost == []
+    assert state.leaving == ["h100"]  # open streams there move now, before the kill
     # Never climbs back while it drains, and new constrained selectors never start there.
     for t in range(3, 8):
         assert state.observe(None, placeable, now=t, going_away={"h100": 11.0}).rung == "a100"

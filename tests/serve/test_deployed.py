@@ -223,3 +223,15 @@ def test_an_answer_that_fills_the_engine_s_context_ends_with_length():
     pieces = asyncio.run(_pieces(full, _moved("t")))
     assert [(p.count, p.finish_reason) for p in pieces] == [(0, "length")]
     assert [kind for kind, _ in full.asked] == ["tokenize"]
+
+
+def test_a_server_that_cannot_tokenize_a_continuation_fails_the_rung_not_the_request():
+    class NoTokens(_TokenizingServer):
+        async def tokenize(self, request):
+            async def answer():
+                yield SimpleNamespace(error=SimpleNamespace(
+                    code=400, message="This model does not support the 'tokenization' task"))
+            return answer()
+
+    with pytest.raises(RungUnavailableError, match="cannot tokenize"):
+        asyncio.run(_pieces(NoTokens(tokenizer="t"), _moved("t")))

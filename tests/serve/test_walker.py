@@ -241,6 +241,36 @@ def test_a_stream_continues_on_the_next_rung_mid_generation() -> None:
     assert rig.counts["requests"] == {"a100": 1}
 
 
+def test_a_move_names_the_rung_that_sent_the_text_not_one_that_failed_before_sending():
+    # The engine test's a100 kill: the stream's next rung refused its first try (the probe
+    # saw it down a moment) and took the second; the client was told "switched from cpu".
+    ladder = Ladder.from_yaml("""
+name: walker
+rungs:
+  - {name: h100, resources: {ladder/h100: 1}}
+  - {name: a100, resources: {ladder/a100: 1}, quality: 0.9}
+  - {name: cpu, num_cpus: 1, quality: 0.5}
+  - {name: shed, kind: shed}
+""")
+    caller = FakeRungCaller({"h100": FakeRung(fail_after=2), "a100": FakeRung(fail_after=0),
+                             "cpu": FakeRung(pieces=["z"])})
+    rig = Rig(caller, placeable={"h100": True, "a100": True, "cpu": True}, ladder=ladder)
+    pieces, record = rig.run(rig.stream)
+    assert pieces == [("h100", "a"), ("h100", "b"), ("cpu", "z")]
+    assert [(s["from"], s["to"]) for s in record.switches] == [("h100", "cpu")]
+
+
+def test_a_notice_moves_an_open_stream_before_the_kill_without_marking_the_rung_down():
+    caller = FakeRungCaller({"h100": None, "a100": FakeRung(pieces=["y", "z"])})
+    caller.signal_leaving(["h100"])  # its node drains; the rung below is warm
+    rig = Rig(caller)
+    pieces, record = rig.run(rig.stream)
+    assert pieces == [("h100", "a"), ("a100", "y"), ("a100", "z")]  # nothing lost
+    assert [(s["from"], s["to"]) for s in record.switches] == [("h100", "a100")]
+    assert "preemption notice" in record.switches[0]["reason"]
+    assert not rig.state.is_down("h100", rig.walker._clock())  # going away, not failed
+
+
 def test_a_stream_its_rung_does_not_take_starts_elsewhere_and_counts_a_hedge() -> None:
     rig = Rig(FakeRungCaller({"h100": FakeRung(takes=False), "a100": None}))
     pieces, _ = rig.run(rig.stream)

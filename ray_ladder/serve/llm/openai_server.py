@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
@@ -17,6 +18,7 @@ from ray_ladder.serve.llm.continuation import (
     same_tokenizer,
     tokenize_body,
 )
+from ray_ladder.serve.llm.model_tokens import ModelTokenizer, served_model
 from ray_ladder.serve.llm.protocol import GenerationRequest, Tokens
 
 Kind = Literal["chat", "completion"]
@@ -123,6 +125,8 @@ class OpenAIServerRung:
     """
 
     ladder_rung: RungContext
+    #: The served model's tokenizer, once the server's own ``tokenize`` failed.
+    _ladder_local: tuple[ModelTokenizer, int | None] | None = None
 
     def ladder_openai_request(self, kind: Kind | Literal["tokenize"],
                               body: dict[str, Any]) -> Any:
@@ -165,6 +169,24 @@ class OpenAIServerRung:
         reader.end()
 
     async def _ladder_tokens(self, body: dict[str, Any]) -> tuple[list[int], int | None]:
+        """The token ids of ``body`` and the engine's context length: the server's own
+        ``tokenize``, else the served model's tokenizer in this replica
+        (``serve/llm/model_tokens.py``). A rung that can do neither cannot continue
+        the stream: the rung's failure (the next rung continues it), not the request's."""
+        local = self._ladder_local
+        if local is None:
+            try:
+                return await self._ladder_engine_tokens(body)
+            except (ValueError, RungUnavailableError) as err:
+                local = self._ladder_local = await served_model(self)
+                if local is None:
+                    raise RungUnavailableError(f"rung {self.ladder_rung.name} cannot "
+                                               f"tokenize a continuation: {err}") from None
+        tokenizer, context = local
+        return await asyncio.to_thread(tokenizer.ids, body), context
+
+    async def _ladder_engine_tokens(self, body: dict[str, Any]
+                                    ) -> tuple[list[int], int | None]:
         """The server's ``tokenize`` of ``body``: the token ids and its context length."""
         tokenize: Any = getattr(self, "tokenize")  # noqa: B009 - the server's, not ours
         answer = tokenize(self.ladder_openai_request("tokenize", body))

@@ -214,8 +214,12 @@ class StreamDriver:
         self.router.rung_failed(walk, name, failed)
         if failed.timeout and not record.text:
             self.router.hedged(name)  # it was slow to take the stream: started elsewhere
-        if record.text and moves:  # a move the client sees (none before any text, none
-            # once the budget is spent: the rung failed after the last token)
+        # A move the client sees: none before any text, none once the budget is spent
+        # (the rung failed after the last token), and none from a rung that failed
+        # before sending this stream a piece: the move the client sees is still the one
+        # from the rung that sent the last text (a100 lost, cpu's first try refused
+        # because the probe saw it down a moment, cpu again: "from a100", not "from cpu").
+        if record.text and moves and move.previous is None:
             record.switches.append({"from": name, "at_token": record.completion_tokens,
                                     "reason": failed.reason})
             move.previous, move.reason = name, failed.reason
