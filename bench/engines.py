@@ -1,18 +1,19 @@
 """Real engines under the ladder: vLLM on a tiny model made here, the ladder in front,
-against the same model's engine served plainly.
+against plain Ray Serve LLM on the same engine and model.
 
-The ladder ``h100 -> a100 -> shed``: ``h100`` is a :class:`~ray_ladder.serve.llm.VLLMRung`
-(its replica runs a vLLM server on the h100 node of a LocalCluster), ``a100`` an
-``OpenAIBackendRung`` in front of a vLLM server outside the cluster on the same model
-(``tiny-chatml``). That outside server is also the **plain** side: what a client of a
-vLLM engine has without the ladder.
+On a LocalCluster: the ladder ``h100 -> a100 -> shed``, where ``h100`` is Ray Serve LLM's
+own ``LLMServer`` (``build_llm_deployment``, on the h100 node) and ``a100`` an
+``OpenAIBackendRung`` in front of a vLLM server outside the cluster, all on
+``tiny-chatml``. The **plain** side is Ray Serve LLM's OpenAI app (``build_openai_app``,
+the same ``LLMConfig``, its own ``LLMServer`` on the head): what a Ray Serve LLM user has
+without the ladder, through the same Serve proxy. The outside vLLM server straight is a
+third side, for reference (``direct``).
 
-1. Overhead, in interleaved rounds: in each round ``--streams`` greedy streams go straight
-   to the plain engine and as many through the ladder (h100's engine), in alternating
-   order. Per stream: time to first token and engine tokens a second after it.
-   ``ttft_ratio`` (goal <= 1.10) and ``tokens_per_s_ratio`` (goal >= 0.95) are ladder /
-   plain, the median of the rounds' own ratios (the machine's speed drifts between
-   rounds).
+1. Overhead, in interleaved rounds: in each round ``--streams`` greedy streams go to each
+   side, in rotating order. Per stream: time to first token and engine tokens a second
+   after it. ``ttft_ratio`` (goal <= 1.10) and ``tokens_per_s_ratio`` (goal >= 0.95) are
+   ladder / plain, the median of the rounds' own ratios (the machine's speed drifts
+   between rounds); ``*_vs_direct`` the same against vLLM's own server.
 2. The kill: 8 streams through the ladder, the h100 node SIGKILLed (its engine with it)
    once every stream has sent text. ``kill_max_pause_s``: the longest pause between two
    chunks of a stream across the kill; goal <= the ladder's inter-token target + the next
@@ -21,10 +22,10 @@ vLLM engine has without the ladder.
    (``kill_broken_streams``, ``kill_wrong_token_counts``: goal 0).
 3. Climb back: a new h100 node; ``climb_back_s`` from its start to the first stream the
    ladder starts on h100 (the new engine's load, then the ladder's hysteresis).
-4. ``engine_rss_mib``: the plain engine's resident memory (server and engine core).
+4. ``engine_rss_mib``: the outside engine's resident memory (server, engine core, worker).
 
-Prints one JSON object on stdout. About 4 minutes, most of it two engine loads (about a
-minute each on 2 cores): over the 2 minutes other benches keep to.
+Prints one JSON object on stdout. About 4-5 minutes, most of it three engine loads (a
+minute or more each on 2 cores): over the 2 minutes other benches keep to.
 """
 
 from __future__ import annotations
@@ -51,7 +52,6 @@ from ray_ladder.engines.server import VLLMServer, reap_orphans  # noqa: E402
 from ray_ladder.engines.tiny import model_path  # noqa: E402
 from ray_ladder.serve import build_app  # noqa: E402
 from ray_ladder.serve.llm.backend import OpenAIBackendRung  # noqa: E402
-from ray_ladder.serve.llm.engine_rung import VLLMRung  # noqa: E402
 from ray_ladder.testing import LocalCluster, free_port, wait_until  # noqa: E402
 
 INTER_TOKEN_S = 1.0
@@ -62,17 +62,33 @@ def say(what: str) -> None:
     print(f"[engines {time.strftime('%H:%M:%S')}] {what}", file=sys.stderr, flush=True)
 
 
-def ladder(plain: VLLMServer) -> Ladder:
+def ladder(outside: VLLMServer) -> Ladder:
     params = {"timeout_s": 30, "connect_timeout_s": 10}
+    same = {"model": "tiny-chatml", "tokenizer": "tiny-chatml"}
     return Ladder.from_dict({
         "name": "engines", "policy": {"probe_interval_s": 0.25, "promotion_hysteresis": 2,
                                       "targets": {"inter_token_s": INTER_TOKEN_S}},
         "rungs": [{"name": "h100", "resources": {"ladder/h100": 1}, "standby_replicas": 1,
-                   "params": {"tiny_model": "tiny-chatml", "model": "tiny-chatml",
-                              **params}},
+                   "params": same},
                   {"name": "a100", "num_cpus": 0.1, "quality": 0.9, "standby_replicas": 1,
-                   "params": {"base_url": plain.base_url, "model": plain.name, **params}},
+                   "params": {"base_url": outside.base_url, "model": outside.name,
+                              "tokenizer": "tiny-chatml", **params}},
                   {"name": "shed", "kind": "shed"}]})
+
+
+def llm_config(head: bool = False) -> Any:
+    """The ``LLMConfig`` both Ray Serve LLM sides run: tiny-chatml on vLLM's CPU build,
+    the engine arguments the outside server gets (``engines/server.py``); ``head``: its
+    engine's bundle on the head node (the plain side: never on the node the kill takes)."""
+    from ray.serve.llm import LLMConfig
+
+    bundle = {"CPU": 0.25, **({"node:__internal_head__": 0.01} if head else {})}
+    return LLMConfig(
+        model_loading_config={"model_id": "tiny-chatml",
+                              "model_source": str(model_path("tiny-chatml"))},
+        accelerator_config={"kind": "cpu"}, placement_group_config={"bundles": [bundle]},
+        engine_kwargs={"max_model_len": 1024, "enforce_eager": True,
+                       "kv_cache_memory_bytes": 64 * 2**20})
 
 
 def stream(base: str, model: str, prompt: str, max_tokens: int,
@@ -125,30 +141,38 @@ def _medians(runs: list[dict[str, Any]]) -> tuple[float, float]:
     return ttft, statistics.median(rates)
 
 
-def overhead(plain: str, routed: str, model: str, rounds: int, n: int,
+def overhead(sides: dict[str, tuple[str, str]], rounds: int, n: int,
              tokens: int) -> dict[str, Any]:
-    ttft_ratios, rate_ratios, sides = [], [], {"plain": [], "ladder": []}
+    """``sides``: name -> (base URL, model); ``ladder`` / each other side, per round."""
+    names = list(sides)
+    got: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+    ratios: dict[str, list[tuple[float, float]]] = {n_: [] for n_ in names if n_ != "ladder"}
     for k in range(rounds):
-        order = [("plain", plain, model), ("ladder", routed, "engines")]
-        if k % 2:
-            order.reverse()
-        got = {}
-        for name, base, m in order:
-            got[name] = together([(base, m, f"round {k} stream {i}", tokens)
-                                  for i in range(n)])
-            sides[name].append(_medians(got[name]))
-        (lt, lr), (pt, pr) = sides["ladder"][-1], sides["plain"][-1]
-        ttft_ratios.append(lt / pt)
-        rate_ratios.append(lr / pr)
-    return {"ttft_ratio": round(statistics.median(ttft_ratios), 3),
-            "tokens_per_s_ratio": round(statistics.median(rate_ratios), 3),
-            "ttft_ratio_per_round": [round(x, 3) for x in ttft_ratios],
-            "tokens_per_s_ratio_per_round": [round(x, 3) for x in rate_ratios],
-            "plain_ttft_s_p50": round(statistics.median(t for t, _ in sides["plain"]), 4),
-            "ladder_ttft_s_p50": round(statistics.median(t for t, _ in sides["ladder"]), 4),
-            "plain_tokens_per_s_p50": round(statistics.median(r for _, r in sides["plain"]), 1),
-            "ladder_tokens_per_s_p50": round(statistics.median(r for _, r in sides["ladder"]),
-                                             1)}
+        for name in names[k % len(names):] + names[:k % len(names)]:  # rotating order
+            base, model = sides[name]
+            got[name].append(_medians(together([(base, model, f"round {k} stream {i}",
+                                                 tokens) for i in range(n)])))
+        lt, lr = got["ladder"][-1]
+        for other in ratios:
+            ot, orate = got[other][-1]
+            ratios[other].append((lt / ot, lr / orate))
+    out: dict[str, Any] = {}
+    # vLLM's own server sends a short answer in a few chunks at once: a rate from its
+    # first to its last chunk means nothing, so ``direct`` has a time to first token only.
+    for other, pairs in ratios.items():
+        suffix = "" if other == "plain" else f"_vs_{other}"
+        out[f"ttft_ratio{suffix}"] = round(statistics.median(t for t, _ in pairs), 3)
+        out[f"ttft_ratio{suffix}_per_round"] = [round(t, 3) for t, _ in pairs]
+        if other != "direct":
+            out[f"tokens_per_s_ratio{suffix}"] = round(statistics.median(r for _, r in pairs),
+                                                       3)
+            out[f"tokens_per_s_ratio{suffix}_per_round"] = [round(r, 3) for _, r in pairs]
+    for name in names:
+        out[f"{name}_ttft_s_p50"] = round(statistics.median(t for t, _ in got[name]), 4)
+        if name != "direct":
+            out[f"{name}_tokens_per_s_p50"] = round(
+                statistics.median(r for _, r in got[name]), 1)
+    return out
 
 
 def kill(routed: str, cluster: LocalCluster, n: int, tokens: int) -> dict[str, Any]:
@@ -191,9 +215,11 @@ def main() -> None:
     probe = MachineProbe()
     began = time.monotonic()
     model_path("tiny-chatml")
-    plain = VLLMServer(model_path("tiny-chatml"), "tiny-chatml").start()
-    spec = ladder(plain)
-    cluster = LocalCluster.from_ladder(spec).start()
+    outside = VLLMServer(model_path("tiny-chatml"), "tiny-chatml").start()
+    spec = ladder(outside)
+    # LLMServer's placement group asks for its replica's CPU and the engine bundle's
+    # (1.25) on one node; other replicas may land on the h100 node too (logical CPUs).
+    cluster = LocalCluster.from_ladder(spec, num_cpus=4).start()
     port = free_port()
     out: dict[str, Any] = {"bench": "engines", "engine": _engine_version()}
     try:
@@ -201,22 +227,31 @@ def main() -> None:
                     proxy_location="HeadOnly")
         options = {"max_ongoing_requests": 16, "health_check_period_s": 1.0,
                    "health_check_timeout_s": 30.0, "graceful_shutdown_timeout_s": 1.0}
-        plain.wait_ready(300)  # before a100's replica checks it (else Serve gives it up)
-        serve._run(build_app(spec, {"h100": VLLMRung, "a100": OpenAIBackendRung},
-                             deployment_options={"h100": options, "a100": options}),
+        from ray.serve.llm import LLMServingArgs, build_llm_deployment, build_openai_app
+
+        serve._run(build_openai_app(LLMServingArgs(llm_configs=[llm_config(head=True)])),
+                   name="plain", route_prefix="/plain", _blocking=False)
+        outside.wait_ready(300)  # before a100's replica checks it (else Serve gives it up)
+        serve._run(build_app(spec, {"h100": build_llm_deployment(llm_config()),
+                                    "a100": OpenAIBackendRung},
+                             deployment_options={"a100": options}),
                    name="engines", route_prefix="/engines", _blocking=False)
-        out["engine_rss_mib"] = rss_mib(plain)
+        out["engine_rss_mib"] = rss_mib(outside)
         url = f"http://127.0.0.1:{port}/engines"
+        plain = f"http://127.0.0.1:{port}/plain/v1"
         wait_until(lambda: httpx.get(f"{url}/-/ladder").json()["current"] == "h100", 400,
                    0.5, "the ladder on h100 (its engine loaded)")
+        wait_until(lambda: httpx.get(f"{plain}/models").status_code == 200, 400, 0.5,
+                   "plain Ray Serve LLM answering")
         say("engines ready")
         routed = f"{url}/v1"
-        together([(routed, "engines", "warm up", 8), (plain.base_url, plain.name,
-                                                       "warm up", 8)])
-        out.update(overhead(plain.base_url, routed, plain.name, args.rounds, args.streams,
-                            args.tokens))
+        together([(routed, "engines", "warm up", 8), (plain, "tiny-chatml", "warm up", 8),
+                  (outside.base_url, outside.name, "warm up", 8)])
+        out.update(overhead({"ladder": (routed, "engines"), "plain": (plain, "tiny-chatml"),
+                             "direct": (outside.base_url, outside.name)},
+                            args.rounds, args.streams, args.tokens))
         out["next_rung_ttft_s"] = round(_medians(together(
-            [(plain.base_url, plain.name, f"ttft {i}", 8) for i in range(3)]))[0], 4)
+            [(outside.base_url, outside.name, f"ttft {i}", 8) for i in range(3)]))[0], 4)
         say("the kill")
         out.update(kill(routed, cluster, 8, 400))
         out["inter_token_target_s"] = INTER_TOKEN_S
@@ -229,7 +264,7 @@ def main() -> None:
     finally:
         serve.shutdown()
         cluster.shutdown()
-        plain.stop()
+        outside.stop()
         reap_orphans()
     out["goals"] = {
         "ttft_ratio_le_1_10": out["ttft_ratio"] <= 1.10,

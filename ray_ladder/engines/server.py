@@ -67,6 +67,10 @@ class VLLMServer:
         die_with_parent: End the server and its engine's processes when the process that
             started it ends (through :mod:`ray_ladder.engines.guard`): a rung replica's
             engine ends with the replica.
+        load_nice: The niceness its processes load at, back to 0 once it answers (where
+            this process may raise a priority): on one machine that stands for several
+            nodes, as a LocalCluster's does, an engine loading for a minute does not
+            starve the engines serving beside it, as it would not on its own node.
 
     Example:
         >>> server = VLLMServer(model_path("tiny-chatml"), "tiny-chatml")  # doctest: +SKIP
@@ -80,6 +84,7 @@ class VLLMServer:
     args: tuple[str, ...] = DEFAULT_ARGS
     log: Path | None = None
     die_with_parent: bool = False
+    load_nice: int = 0
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -103,9 +108,11 @@ class VLLMServer:
         self.log = log
         env = {**os.environ, ENGINE_ENV: str(os.getpid()),
                "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE") or "1"}
+        nice = self.load_nice
         with open(log, "ab") as out:
-            self.process = subprocess.Popen(self.command(), stdout=out, stderr=out, env=env,
-                                            start_new_session=True)
+            self.process = subprocess.Popen(
+                self.command(), stdout=out, stderr=out, env=env, start_new_session=True,
+                preexec_fn=(lambda: os.nice(nice)) if nice else None)  # noqa: PLW1509
         return self
 
     def ready(self) -> bool:
@@ -122,12 +129,19 @@ class VLLMServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.ready():
+                self._unnice()
                 return self
             if self.process is not None and self.process.poll() is not None:
                 break
             time.sleep(0.5)
         raise RuntimeError(f"vLLM server {self.name} on port {self.port} is not ready: "
                            f"{self.tail()}")
+
+    def _unnice(self) -> None:
+        """Its whole process group back to niceness 0 once loaded (where allowed)."""
+        if self.load_nice and self.process is not None:
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PGRP, self.process.pid, 0)
 
     def generated_tokens(self) -> float:
         """Tokens the engine has generated since it started (its Prometheus counter

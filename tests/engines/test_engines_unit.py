@@ -94,3 +94,22 @@ def test_an_llm_server_s_model_tokenizes_a_continuation_in_its_own_template():
                           "add_generation_prompt": False, "continue_final_message": True})
     assert tok.decode(cont).endswith("<|im_start|>assistant\none tw")  # left open
     assert asyncio.run(served_model(object())) is None  # not an LLMServer
+
+
+def test_an_engine_loads_niced_and_serves_at_full_priority(tmp_path):
+    # The vllm demo story's nodes share two cores: a new engine loading beside the
+    # traffic starved the serving engines; it loads at load_nice, then goes back to 0.
+    from ray_ladder.engines.server import VLLMServer
+
+    class Sleeper(VLLMServer):
+        def command(self) -> list[str]:
+            return [sys.executable, "-c", "import time; time.sleep(60)"]
+
+    server = Sleeper(tmp_path, "m", log=tmp_path / "log", load_nice=7).start()
+    try:
+        proc = psutil.Process(server.process.pid)
+        assert proc.nice() == 7
+        server._unnice()  # what wait_ready does once the server answers
+        assert proc.nice() == 0 or os.geteuid() != 0  # raising it back needs the right
+    finally:
+        server.kill()

@@ -18,7 +18,10 @@ class VLLMRung(OpenAIBackendRung):
     ``params``: ``model_path`` (the model's folder on the node) or ``tiny_model`` (a
     recipe of :mod:`ray_ladder.engines.tiny`, made on the node if it is not cached),
     ``model`` (the served name; default the rung's), ``ready_timeout_s`` (default 300),
-    and ``OpenAIBackendRung``'s ``timeout_s``, ``health_timeout_s``, ``tokenizer``.
+    ``load_nice`` (the niceness the engine loads at, 0 once it answers: on one machine
+    standing for several nodes, a loading engine does not starve the serving ones;
+    default 0), and ``OpenAIBackendRung``'s ``timeout_s``, ``health_timeout_s``,
+    ``tokenizer``.
 
     Example:
         >>> # rungs: - {name: h100, resources: {ladder/h100: 1},
@@ -37,7 +40,8 @@ class VLLMRung(OpenAIBackendRung):
         folder = Path(str(params["model_path"])) if params.get("model_path") \
             else model_path(str(params["tiny_model"]))
         name = str(params.get("model") or rung.name)
-        self.server = VLLMServer(folder, name, die_with_parent=True).start()
+        self.server = VLLMServer(folder, name, die_with_parent=True,
+                                 load_nice=int(params.get("load_nice", 0))).start()
         try:
             self.server.wait_ready(float(params.get("ready_timeout_s", 300)))
         except BaseException:
