@@ -27,7 +27,8 @@ if [ $beside = 1 ]; then
   pids+=($!)
 fi
 start=$(date +%s)
-git clone -q "$here" "$dir/main"
+# A clone that fails (a $GATE_DIR used before: its main/ exists) must not run the old one.
+git clone -q "$here" "$dir/main" || { echo "git clone into $dir/main failed" >&2; exit 2; }
 [ -e "$here/../shared" ] && ln -s "$(cd "$here/.." && pwd)/shared" "$dir/shared"
 (cd "$dir/main" && CI=true bash .ci/run) >"$log" 2>&1 </dev/null
 rc=$?
