@@ -11,6 +11,7 @@ from ray_ladder.cluster import ray_private
 from ray_ladder.serve.errors import PieceLate, RungFailed, rung_failure
 from ray_ladder.serve.load import LoadBook
 from ray_ladder.serve.places import Places
+from ray_ladder.serve.signals import RungSignals
 
 #: Least silence (seconds) after which a rung with a RUNNING replica has failed a request.
 DEAD_AFTER_MIN_S = 5.0
@@ -86,9 +87,8 @@ class RungCaller:
         self.request_timeout_s = request_timeout_s
         self.pending_timeout_s = pending_timeout_s
         self._last_alive: dict[str, float] = {}
-        self._down: dict[str, asyncio.Future[None]] = {}
-        self._leaving: set[str] = set()
-        self._leaving_now: dict[str, asyncio.Future[None]] = {}
+        self._down = RungSignals()
+        self._leaving = RungSignals(sticky=True)
         self.book = book
         self._clock = clock
         #: The router's own queue per rung (serve/places.py; gated only with a book).
@@ -131,36 +131,12 @@ class RungCaller:
 
     def signal_lost(self, rungs: Iterable[str]) -> None:
         """``rungs`` stopped being obtainable: requests in flight on them give up now."""
-        for rung in rungs:
-            future = self._down.pop(rung, None)
-            if future is not None and not future.done():
-                future.set_result(None)
+        self._down.fire(rungs)
 
     def signal_leaving(self, rungs: Iterable[str]) -> None:
         """``rungs`` are going away (a notice) and traffic has left them: open streams
         there move at their next piece (see :meth:`stream`)."""
-        self._leaving = set(rungs)
-        for rung in self._leaving:
-            future = self._leaving_now.pop(rung, None)
-            if future is not None and not future.done():
-                future.set_result(None)
-
-    def _leaving_signal(self, rung: str) -> asyncio.Future[None]:
-        """Resolved when ``rung`` is left (at once when it already is)."""
-        future = self._leaving_now.get(rung)
-        if future is None or future.done():
-            future = asyncio.get_running_loop().create_future()
-            self._leaving_now[rung] = future
-        if rung in self._leaving:
-            future.set_result(None)
-        return future
-
-    def _down_signal(self, rung: str) -> asyncio.Future[None]:
-        future = self._down.get(rung)
-        if future is None or future.done():
-            future = asyncio.get_running_loop().create_future()
-            self._down[rung] = future
-        return future
+        self._leaving.fire(rungs)
 
     def dead_after(self, warm: bool) -> float:
         """Silence after which a rung has failed a request (see the class doc)."""
@@ -201,7 +177,7 @@ class RungCaller:
         left after a preemption notice and ``elsewhere()``. Closing the iterator cancels
         the generation on the replica.
         """
-        down = self._down_signal(rung)
+        down = self._down.wait(rung)
         book = self.book
         sent = asyncio.get_running_loop().time()
         ahead = book.sent(rung) if book is not None else 0
@@ -289,7 +265,7 @@ class RungCaller:
         RungFailed ``notice`` when the rung is left after a notice and ``elsewhere()``."""
         loop = asyncio.get_running_loop()
         first = True
-        leaving: asyncio.Future[None] | None = self._leaving_signal(rung)
+        leaving: asyncio.Future[None] | None = self._leaving.wait(rung)
         while True:
             nxt: asyncio.Future[Any] = asyncio.ensure_future(gen.__anext__())
             if late_s is not None and not first:
@@ -353,7 +329,7 @@ class RungCaller:
                     answer_s: float | None, elsewhere: Callable[[], bool],
                     assigned: asyncio.Future[None], counted: bool = True) -> Any:
         loop = asyncio.get_running_loop()
-        down = self._down_signal(rung)
+        down = self._down.wait(rung)
         book = self.book if counted else None
         sent = loop.time()
         ahead = book.sent(rung) if book is not None else 0
