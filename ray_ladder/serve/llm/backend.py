@@ -12,9 +12,9 @@ from ray_ladder.core.context import RungContext
 from ray_ladder.core.exceptions import RungUnavailableError
 from ray_ladder.serve.llm.chunks import ChunkReader
 from ray_ladder.serve.llm.continuation import (
-    VLLM_STREAM,
     completion_of,
     same_tokenizer,
+    stream_body,
     tokenize_body,
 )
 from ray_ladder.serve.llm.protocol import GenerationRequest, Tokens
@@ -129,17 +129,7 @@ class OpenAIBackendRung:
                                          timeout=timeout)
 
     def _body(self, request: GenerationRequest) -> tuple[str, dict[str, Any]]:
-        body: dict[str, Any] = {"model": self.model, "stream": True,
-                                "max_tokens": request.max_tokens,
-                                "temperature": request.temperature, "top_p": request.top_p}
-        if request.seed is not None:
-            body["seed"] = request.seed
-        if request.stop:
-            body["stop"] = list(request.stop)
-        if self._vllm:
-            body.update(VLLM_STREAM)
-            if request.ignore_eos:
-                body["ignore_eos"] = True
+        body = stream_body(request, self.model, bool(self._vllm))
         if request.is_chat and not request.continuation:
             body["messages"] = _messages(request)
             return "/chat/completions", body

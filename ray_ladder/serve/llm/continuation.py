@@ -22,6 +22,27 @@ VLLM_STREAM: dict[str, Any] = {
     "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
 
 
+def stream_body(request: GenerationRequest, model: str, vllm: bool) -> dict[str, Any]:
+    """The sampling fields of a streamed OpenAI request for ``request`` (``vllm``: an
+    engine of vLLM's, asked for its token counts and given ``ignore_eos``).
+
+    Example:
+        >>> stream_body(GenerationRequest(prompt="x", max_tokens=3), "m", False)["max_tokens"]
+        3
+    """
+    body: dict[str, Any] = {"model": model, "stream": True, "max_tokens": request.max_tokens,
+                            "temperature": request.temperature, "top_p": request.top_p}
+    if request.seed is not None:
+        body["seed"] = request.seed
+    if request.stop:
+        body["stop"] = list(request.stop)
+    if vllm:
+        body.update(VLLM_STREAM)
+        if request.ignore_eos:
+            body["ignore_eos"] = True
+    return body
+
+
 def same_tokenizer(request: GenerationRequest, tokenizer: str | None) -> bool:
     """Whether the text already sent is in ``tokenizer``'s own token ids."""
     return bool(request.continuation_ids) and request.tokenizer is not None \

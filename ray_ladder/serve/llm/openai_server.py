@@ -13,9 +13,9 @@ from ray_ladder.core.context import RungContext
 from ray_ladder.core.exceptions import RungUnavailableError
 from ray_ladder.serve.llm.chunks import ChunkReader
 from ray_ladder.serve.llm.continuation import (
-    VLLM_STREAM,
     completion_of,
     same_tokenizer,
+    stream_body,
     tokenize_body,
 )
 from ray_ladder.serve.llm.model_tokens import ModelTokenizer, served_model
@@ -50,16 +50,7 @@ def openai_body(request: GenerationRequest, model: str,
         >>> openai_body(GenerationRequest(prompt="Once", max_tokens=3), "m")[1]["prompt"]
         'Once'
     """
-    body: dict[str, Any] = {"model": model, "stream": True, "max_tokens": request.max_tokens,
-                            "temperature": request.temperature, "top_p": request.top_p}
-    if request.seed is not None:
-        body["seed"] = request.seed
-    if request.stop:
-        body["stop"] = list(request.stop)
-    if engine:
-        body.update(VLLM_STREAM)
-        if request.ignore_eos:
-            body["ignore_eos"] = True
+    body = stream_body(request, model, engine)
     if request.is_chat and not request.continuation:
         body["messages"] = [{"role": m.role, "content": m.content} for m in request.messages]
         return "chat", body
