@@ -54,6 +54,7 @@ PURE_MODULES = (
     "ray_ladder.serve.walker",
     "ray_ladder.serve.llm.ngram",
     "ray_ladder.serve.llm.protocol",
+    "ray_ladder.testing.fault_state",
     "ray_ladder.train.history",
     "ray_ladder.train.lifecycle",
     "ray_ladder.train.planner",

@@ -346,3 +346,14 @@ def write_current_cluster(address: str, temp_dir: str) -> None:
     from ray._private.utils import write_ray_address
 
     write_ray_address(address, temp_dir)
+
+
+def ensure_default_address_dir() -> None:
+    """Create the folder of Ray's default ``ray_current_cluster`` file (``/tmp/ray``):
+    ``ray.cluster_utils.Cluster`` writes its head's address there even for a cluster
+    with its own temp directory, and fails on a machine where no Ray ran before."""
+    import os
+
+    from ray._private.utils import get_ray_address_file
+
+    os.makedirs(os.path.dirname(get_ray_address_file(None)), exist_ok=True)

@@ -206,12 +206,12 @@ class LocalCluster:
 
         head = self.head_type
         port = self._pin_address()
+        ray_private.ensure_default_address_dir()
         if self.include_dashboard and self.temp_dir is None:
             self.temp_dir = self._own_temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
         try:
             self._cluster = Cluster(
-                initialize_head=True,
-                connect=False,
+                initialize_head=True, connect=False,
                 head_node_args={
                     "num_cpus": head.num_cpus,
                     "num_gpus": head.num_gpus,
