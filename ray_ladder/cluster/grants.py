@@ -241,23 +241,46 @@ def report_demand(team: str, user: str, wants: Mapping[str, int],
                        namespace=KV_NAMESPACE)
 
 
-def sum_demand(entries: Iterable[Mapping[str, Any]], now: float) -> dict[str, dict[str, int]]:
-    """Team -> rung -> units wanted, summed over the fresh demand entries.
+def demand_reports(entries: Iterable[Mapping[str, Any]],
+                   now: float) -> dict[tuple[str, str], dict[str, int]]:
+    """(team, user) -> rung -> units, from the fresh demand entries (one per part: the
+    arbiter holds each part's drops on its own, ``core/demand_hold.py``).
 
     Example:
-        >>> sum_demand([{"team": "a", "time": 9.0, "wants": {"h100": 1}},
-        ...             {"team": "a", "time": 9.5, "wants": {"h100": 2}},
-        ...             {"team": "b", "time": -50.0, "wants": {"h100": 4}}], now=10.0)
-        {'a': {'h100': 3}}
+        >>> demand_reports([{"team": "a", "user": "app", "time": 9.0, "wants": {"h100": 1}},
+        ...                 {"team": "b", "user": "x", "time": -50.0, "wants": {"h100": 4}}],
+        ...                now=10.0)
+        {('a', 'app'): {'h100': 1}}
     """
-    out: dict[str, dict[str, int]] = {}
+    out: dict[tuple[str, str], dict[str, int]] = {}
     for entry in entries:
         if now - float(entry.get("time", 0.0)) > DEMAND_STALE_S:
             continue
-        team = out.setdefault(str(entry["team"]), {})
+        wants = out.setdefault((str(entry["team"]), str(entry.get("user", ""))), {})
         for rung, units in (entry.get("wants") or {}).items():
-            team[rung] = team.get(rung, 0) + int(units)
+            wants[rung] = wants.get(rung, 0) + int(units)
     return out
+
+
+def withdraw_demand(team: str, user: str, written_at: float | None = None) -> bool:
+    """Remove the demand entry of a part that stopped (a deleted Serve app): the arbiter
+    takes it as gone, and its units go back at the next round, with no hold.
+
+    ``written_at``: remove it only if it is still the one this part wrote then (another
+    process of the same part, e.g. the router of a redeployed app, may have written it
+    since). Returns whether the entry was removed.
+    """
+    from ray_ladder.cluster import ray_private
+
+    if not ray_private.kv_initialized():
+        return False
+    key = f"{DEMAND_PREFIX}{team}/{user}"
+    if written_at is not None:
+        raw = ray_private.kv_get(key, namespace=KV_NAMESPACE)
+        if raw is None or json.loads(raw).get("time") != written_at:
+            return False
+    ray_private.kv_del(key, namespace=KV_NAMESPACE)
+    return True
 
 
 def holdings_to_json(state: Holdings) -> str:

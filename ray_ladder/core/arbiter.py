@@ -10,7 +10,8 @@ the clock), answers the grants for the next period and the reclaim notices to se
    is more than one unit from its weighted share), each up to its ``borrowing_limit``.
    Lenders lend only within their cohort; a team without a cohort borrows only units
    no quota owns and lends nothing.
-2. **Grants follow demand down at once** (a team that wants fewer units holds fewer),
+2. **Grants follow demand down at once** (a team that wants fewer units holds fewer:
+   the demand given, whose drops the arbiter already held, :mod:`.demand_hold`),
    and **up from free units**, nominal deficits first, then by weight.
 3. **Reclaim is a notice**: when a team is below its entitlement and no unit is free,
    units are reclaimed from the teams most above theirs (relative to weight); each

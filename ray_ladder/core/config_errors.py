@@ -56,7 +56,8 @@ KeyTable: TypeAlias = "type[BaseModel] | Mapping[str, str]"
 #: The valid keys per level of a fleet file (core/fleet.py); a shared rung's keys are
 #: under its name.
 FLEET_KEYS = {
-    "fleet": "fleet, description, control_period_s, rungs, teams",
+    "fleet": "fleet, description, control_period_s, node_table_period_s, demand_hold_s, "
+    "rungs, teams",
     "rungs": "resources, cloud, cost_per_hour, jurisdiction",
     "teams": "name, weight, cohort, quota, borrowing_limit, lending_limit, reclaim_grace_s, "
     "constraints, budget",

@@ -135,6 +135,10 @@ class Fleet(BaseModel):
         0.25, gt=0, description="Seconds between the arbiter's reads of Ray's node table, "
         "published for every ladder on the cluster (a part that refreshes more often "
         "than this reads the GCS itself).")
+    demand_hold_s: float = Field(
+        3.0, ge=0, description="Seconds a drop in the demand a part reports is held before "
+        "the arbiter acts on it (at least two control periods): a dip shorter than this "
+        "neither withdraws a reclaim notice nor hands a unit back (docs/teams.md).")
     rungs: dict[str, SharedRung] = Field(min_length=1, description="The shared rungs.")
     teams: list[Team] = Field(min_length=1, description="The teams.")
 
@@ -197,6 +201,12 @@ class Fleet(BaseModel):
     def nominal(self, team: str, rung: str) -> int:
         """``team``'s nominal quota of ``rung`` in units (0 when it has none)."""
         return self.team(team).quota.get(rung, 0)
+
+    @property
+    def hold_window_s(self) -> float:
+        """Seconds a reported demand drop is held: ``demand_hold_s``, at least two control
+        periods (so a one-round dip is always held)."""
+        return max(self.demand_hold_s, 2 * self.control_period_s)
 
     @property
     def onprem_rungs(self) -> list[str]:

@@ -34,6 +34,28 @@ def check_team(value: Any) -> str | None:
     return value
 
 
+def check_fleet_team(team: str | None, fleet: str, teams: Sequence[str]) -> str | None:
+    """``team`` if the fleet ``fleet`` (its teams: ``teams``) has it (or ``None``: no team).
+
+    Raises:
+        ValueError: the fleet has no such team (the message names its teams).
+
+    Example:
+        >>> check_fleet_team("a", "platform", ["a", "b"])
+        'a'
+        >>> check_fleet_team("nosuchteam", "platform", ["a", "b"])
+        Traceback (most recent call last):
+        ...
+        ValueError: team 'nosuchteam' is not in fleet 'platform''s teams: a, b (the fleet \
+file's teams[]). Fix: bind one of them, or add it under the fleet file's 'teams:'
+    """
+    if team is None or team in teams:
+        return team
+    raise ValueError(f"team {team!r} is not in fleet {fleet!r}'s teams: "
+                     f"{', '.join(sorted(teams))} (the fleet file's teams[]). Fix: bind one "
+                     f"of them, or add it under the fleet file's 'teams:'")
+
+
 def wanted_units(on: Mapping[str, int], eligible: Sequence[str], *, waiting: int = 0,
                  best_units: int = 1) -> dict[str, int]:
     """Units of each eligible rung a run wants now.

@@ -3,9 +3,11 @@
 Every ``node_table_period_s`` it reads Ray's node table once for every ladder on the
 cluster and publishes it (:mod:`ray_ladder.cluster.node_table`: the parts read it there
 instead of the GCS while it is fresh). Each round (every ``control_period_s``) it also
-sums the demand the parts reported in Ray's KV, asks the pure
-:func:`ray_ladder.core.arbiter.decide`, then writes its whole state and one grants entry
-per team back to the KV (:mod:`ray_ladder.cluster.grants`). A SIGKILL loses no grant: Ray
+reads the demand the parts reported in Ray's KV, holds each part's drops for the fleet's
+hold window (:mod:`ray_ladder.core.demand_hold`), asks the pure
+:func:`ray_ladder.core.arbiter.decide`, then writes its whole state, one grants entry
+per team and the fleet's team names back to the KV (:mod:`ray_ladder.cluster.grants`,
+:mod:`ray_ladder.cluster.fleet_teams`). A SIGKILL loses no grant: Ray
 restarts the actor (``max_restarts=-1``), which resumes from the KV; meanwhile every part
 keeps the grants it last read.
 """
@@ -21,10 +23,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ray_ladder.cluster import grants, metrics, node_table, ray_private
+from ray_ladder.cluster import fleet_teams, grants, metrics, node_table, ray_private
 from ray_ladder.cluster.capacity import NodeSource, resolve_node_source
 from ray_ladder.cluster.event_log import log_event
 from ray_ladder.core.arbiter import Holdings, Reclaim, Round, decide, shared_capacity
+from ray_ladder.core.demand_hold import DemandHold, grace_restarts, held_demand
 from ray_ladder.core.events import TransitionEvent
 from ray_ladder.core.fleet import Fleet, load_fleet
 from ray_ladder.core.placement import NodeState
@@ -64,6 +67,13 @@ class FleetArbiter:
         self.rounds = 0
         self.errors = 0
         self.round_s = 0.0
+        #: Each part's recent demand reports: drops are held (``core/demand_hold.py``).
+        self._hold = DemandHold()
+        #: Notices withdrawn before their deadline (a new one for the same lender restarts
+        #: its grace), and the count of such restarts per lender.
+        self._withdrawn: tuple[Reclaim, ...] = ()
+        self.grace_restarts: dict[str, int] = {t.name: 0 for t in self.fleet.teams}
+        fleet_teams.publish_teams(self.fleet)  # readers compare with their wall clock
         self._task: asyncio.Task[None] | None = None
         if loop:
             self._task = asyncio.get_event_loop().create_task(self._loop())
@@ -96,8 +106,13 @@ class FleetArbiter:
         started = time.perf_counter()
         now = self._clock()
         capacity = shared_capacity(self.fleet, self.read_nodes())
-        demand = grants.sum_demand(self._demand_entries(), now)
+        reports = grants.demand_reports(self._demand_entries(), now)
+        demand, self._hold = held_demand(reports, self._hold, now, self.fleet.hold_window_s)
         out = decide(self.fleet, self.state, capacity, demand, now)
+        restarted, self._withdrawn = grace_restarts(self.state.reclaims, out, now,
+                                                    self._withdrawn)
+        for r in restarted:
+            self.grace_restarts[r.owed_to] = self.grace_restarts.get(r.owed_to, 0) + 1
         self.round_s = time.perf_counter() - started
         ray_private.kv_put(grants.STATE_KEY, grants.holdings_to_json(out.state),
                            namespace=grants.KV_NAMESPACE)
@@ -108,6 +123,7 @@ class FleetArbiter:
                                       cloud=cloud, demand=demand)
             ray_private.kv_put(grants.GRANTS_PREFIX + team.name, json.dumps(entry),
                                namespace=grants.KV_NAMESPACE)
+        fleet_teams.publish_teams(self.fleet)
         self._events(out, now)
         self.state, self.last = out.state, out
         self.rounds += 1
@@ -163,7 +179,10 @@ class FleetArbiter:
                   units=r.units, deadline=r.deadline)
 
     def status(self) -> dict[str, Any]:
-        """Per team: held, nominal, borrowed, lent, notices, budget (for the CLI)."""
+        """Per team: held, nominal, borrowed, lent, notices, budget, and the grace restarts
+        it suffered as a lender (``grace_restarts``: a new notice for it with a later
+        deadline than one withdrawn before its deadline; 0 for steady work); for the
+        CLI and the benches."""
         teams = {}
         for team in self.fleet.teams:
             rungs = {}
@@ -182,11 +201,14 @@ class FleetArbiter:
                                 "budget": self.last.budget.get(team.name, "ok")
                                 if self.last is not None else "ok",
                                 "spent": round(self.state.spent.get(team.name, 0.0), 4),
+                                "grace_restarts": self.grace_restarts.get(team.name, 0),
                                 "max_cost": team.budget.max_cost if team.budget else None}
         _lent(teams, self.fleet)
         return {"fleet": self.fleet.fleet, "rounds": self.rounds, "errors": self.errors,
                 "node_tables_published": self.published,
                 "restored": self.restored, "round_s": round(self.round_s, 6),
+                "demand_hold_s": self.fleet.hold_window_s,
+                "grace_restarts": sum(self.grace_restarts.values()),
                 "capacity": getattr(self, "_capacity", {}), "teams": teams,
                 "reclaims": [asdict(r) for r in self.state.reclaims]}
 
@@ -211,6 +233,8 @@ def start_arbiter(fleet: Fleet | str | Path) -> Any:
 
     if not isinstance(fleet, Fleet):
         fleet = load_fleet(fleet)
+    if get_arbiter() is None:  # names bound right after this call are checked (fleet_teams)
+        fleet_teams.publish_teams(fleet)
     actor = ray.remote(FleetArbiter).options(
         name=ARBITER_NAME, namespace=ARBITER_NAMESPACE, lifetime="detached",
         get_if_exists=True, max_restarts=-1, max_task_retries=-1, num_cpus=0,

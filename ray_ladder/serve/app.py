@@ -9,12 +9,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ray_ladder.cluster.fleet_teams import check_bound_team
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.context import RungContext
 from ray_ladder.core.latency import LatencyTargets
 from ray_ladder.core.placement import standby_replicas
 from ray_ladder.core.spec import Ladder, as_ladder
-from ray_ladder.core.teamwork import check_team
 from ray_ladder.serve.bindings import Bindings
 from ray_ladder.serve.deployed import bind_rung, serve_target
 from ray_ladder.serve.llm.openai_server import is_openai_server
@@ -213,7 +213,9 @@ def build_app(
             (``{"/eu": {"jurisdiction": "eu"}}``: ``/eu/v1/chat/completions`` and
             ``POST /eu`` run EU-only while ``/`` stays global); narrowed by ``constraints``.
         team: The fleet team the app belongs to (the operator's binding; docs/teams.md):
-            its shared rungs follow the team's grants from the fleet arbiter.
+            its shared rungs follow the team's grants from the fleet arbiter. While an
+            arbiter runs, a name its fleet does not have is a ``ValueError`` (checked
+            here when connected to Ray, else when the router starts).
         targets: Latency targets of the app's requests: the fields given replace the
             ladder's ``policy.targets`` (docs/serve.md, "Targets, spill and slow rungs").
         route_targets: Path prefix inside the app -> targets of the requests under it,
@@ -242,7 +244,7 @@ def build_app(
         raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
     if assign_timeout_s <= 0:
         raise ValueError(f"assign_timeout_s must be > 0, got {assign_timeout_s}")
-    check_team(team)
+    check_bound_team(team)
     bindings = Bindings(ladder, _constraints(constraints),
                         {p: c for p, c in ((p, _constraints(v)) for p, v in
                                            (routes or {}).items()) if c is not None})

@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from ray_ladder.cluster.capacity import CapacitySnapshot, CapacityView
-from ray_ladder.cluster.grants import HARD_HOLDS, GrantReader, acted_on, report_demand
+from ray_ladder.cluster.grants import (
+    HARD_HOLDS,
+    GrantReader,
+    acted_on,
+    report_demand,
+    withdraw_demand,
+)
 from ray_ladder.core.placement import standby_replicas
 from ray_ladder.serve.calls import RungCaller
 from ray_ladder.serve.demand import wanted_units
@@ -141,6 +148,10 @@ class Prober:
         self.probed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._team = team
         self._reported_at = float("-inf")
+        # Demand writes and the final withdrawal, one at a time: no write lands after it.
+        self._demand_lock = threading.Lock()
+        self._demand_at: float | None = None  # the time of the last demand entry written
+        self._closed = False
         self._spill_published: dict[str, int] = {}
         self._spill_at = float("-inf")
         self.errors = 0
@@ -183,11 +194,29 @@ class Prober:
 
     def _report_demand(self, now: float) -> None:
         """A team-bound app tells the fleet arbiter what it wants (at most once a second)."""
-        if self._team is None or now - self._reported_at < DEMAND_EVERY_S:
+        if self._team is None or self._closed or now - self._reported_at < DEMAND_EVERY_S:
             return
         self._reported_at = now
-        self._spawn(asyncio.to_thread(report_demand, self._team, self._app(),
+        self._spawn(asyncio.to_thread(self._put_demand, self._team, self._app(),
                                       wanted_units(self._state), now))
+
+    def _put_demand(self, team: str, app: str, wants: dict[str, int], now: float) -> None:
+        with self._demand_lock:
+            if not self._closed:
+                report_demand(team, app, wants, now)
+                self._demand_at = now
+
+    def close(self) -> None:
+        """The router stops (Serve stops its replica: the app was deleted or redeployed):
+        no more demand reports, and the app's demand entry is removed, unless another
+        router of the app wrote it since, so its units go back at the arbiter's next
+        round rather than after ``DEMAND_STALE_S``."""
+        with self._demand_lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._team is not None and self._demand_at is not None:
+                withdraw_demand(self._team, self._app(), written_at=self._demand_at)
 
     @property
     def spill_wanted(self) -> dict[str, int]:

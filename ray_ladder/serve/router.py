@@ -10,6 +10,7 @@ from typing import Any
 
 from ray_ladder.cluster.capacity import CapacityView
 from ray_ladder.cluster.event_log import show_events_on_stderr
+from ray_ladder.cluster.fleet_teams import check_bound_team
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.latency import LatencyTargets
 from ray_ladder.core.spec import Ladder
@@ -94,7 +95,8 @@ class LadderRouter:
                            else AnswerCache())
         # A rung the hook released is held back once a better one has a running replica.
         #: The fleet team the operator bound the app to (docs/teams.md); None: no fleet.
-        self.team: str | None = options.get("team")
+        # checked in build_app when it ran connected to Ray; else here, before any demand
+        self.team: str | None = check_bound_team(options.get("team"))
         view = CapacityView(self.ladder, refresh_interval_s=policy.probe_interval_s,
                             ready=self._state.is_warm, team=self.team,
                             constraints=self.bindings.default)
@@ -115,10 +117,18 @@ class LadderRouter:
             logger.exception("first ladder probe failed")
         self._loop_task = asyncio.get_running_loop().create_task(self._prober.loop())
 
-    def __del__(self) -> None:  # Serve calls this when it stops the replica: stop probing
+    def __del__(self) -> None:
+        """Serve calls this when it stops the replica (the app deleted or redeployed): stop
+        probing, and take back the app's demand for its team's units (``Prober.close``)."""
         task = getattr(self, "_loop_task", None)
         if task is not None:
             task.cancel()
+        prober = getattr(self, "_prober", None)
+        if prober is not None:
+            try:
+                prober.close()
+            except Exception:  # the GCS may be gone at shutdown: the entry then goes stale
+                logger.debug("could not withdraw the app's demand", exc_info=True)
 
     def _app(self) -> str:
         if self._app_name is None:

@@ -11,6 +11,8 @@ from typing import Any
 
 import ray
 
+from ray_ladder.cluster import ray_private
+from ray_ladder.cluster.fleet_teams import check_bound_team
 from ray_ladder.core.events import TransitionEvent
 from ray_ladder.core.spec import Ladder, as_ladder
 from ray_ladder.task.native import NativePath, native_problem, native_rung
@@ -52,6 +54,8 @@ class LadderTask:
             if problem is not None:
                 raise ValueError(f"path='native' is not possible for {self._name}: {problem}")
         self.path = options.path
+        self._team_checked = False
+        self._check_team()
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -63,6 +67,15 @@ class LadderTask:
     def __repr__(self) -> str:
         return f"LadderTask({self._name}, ladder={self.ladder.name!r}, path={self.path!r})"
 
+    def _check_team(self) -> None:
+        """Check the bound team against the running fleet once this process is connected
+        to Ray (at decoration, else at the first call): ``ValueError`` naming its teams."""
+        if self._team_checked or self._options.team is None:
+            return
+        if ray_private.kv_initialized():
+            check_bound_team(self._options.team)
+            self._team_checked = True
+
     @property
     def options_in_force(self) -> TaskOptions:
         """The validated options of this task."""
@@ -73,6 +86,7 @@ class LadderTask:
 
         Raises:
             TypeError: The arguments do not fit the function, or pass ``rung``.
+            ValueError: The bound team is not one of the running fleet's teams.
         """
         if "rung" in kwargs:
             raise TypeError(f"'{self._name}': 'rung' is passed by the ladder, not the caller")
@@ -80,9 +94,11 @@ class LadderTask:
             self._signature.bind(*args, rung=None, **kwargs)
         except TypeError as err:
             raise TypeError(f"{self._name}.remote(): {err}") from None
+        self._check_team()
         if self.path == "native":
             return NativePath.of(self._key, self._spec).submit(args, kwargs)
         handle = get_orchestrator()
+        self._check_team()  # Ray may have been started just now
         ensure_registered(handle, self._key, self._spec)
         # Large values go by reference, put here once as Ray would put them: the
         # orchestrator then handles a ref, never the value (docs/tasks.md, data path).

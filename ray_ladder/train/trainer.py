@@ -13,10 +13,10 @@ from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 from ray.train.v2.api.exceptions import ControllerError, TrainingFailedError
 
 from ray_ladder.cluster import ray_private_train
+from ray_ladder.cluster.fleet_teams import check_bound_team
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.exceptions import LadderExhaustedError
 from ray_ladder.core.spec import Ladder, Rung, as_ladder
-from ray_ladder.core.teamwork import check_team
 from ray_ladder.train.channel import Channel
 from ray_ladder.train.gang import STRATEGIES, gang_size, worker_demand
 from ray_ladder.train.history import LadderSummary
@@ -99,7 +99,8 @@ class LadderTrainer(DataParallelTrainer):  # type: ignore[misc]
             loop's config cannot change it): its gangs on shared rungs follow the team's
             grants (a rung named like a fleet shared rung takes one unit per worker), a
             reclaim notice moves it at its next checkpoint before the units go, and it
-            reports its demand to the fleet arbiter (docs/teams.md).
+            reports its demand to the fleet arbiter (docs/teams.md). While an arbiter
+            runs, a name its fleet does not have is a ``ValueError``.
         **kwargs: ``backend_config``, ``datasets``, ``dataset_config``,
             ``validation_config``: Ray's, unchanged.
 
@@ -135,7 +136,7 @@ class LadderTrainer(DataParallelTrainer):  # type: ignore[misc]
             raise ValueError(f"unknown placement_strategy {placement_strategy!r}; "
                              f"valid: {STRATEGIES}")
         self.ladder = as_ladder(ladder)
-        self.team = check_team(team)
+        self.team = check_bound_team(team)
         if isinstance(constraints, Mapping):
             constraints = Constraints(**dict(constraints))
         self.constraints = constraints

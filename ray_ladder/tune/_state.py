@@ -15,6 +15,7 @@ from ray_ladder.cluster.capacity import (
     reads_ray,
     resolve_node_source,
 )
+from ray_ladder.cluster.fleet_teams import check_bound_team
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.placement import NodeState
 from ray_ladder.core.selector import Selector
@@ -45,8 +46,8 @@ class View:
         self._now = True  # the next read is of the GCS itself (a forced refresh)
         self._clock = clock
         self._read_nodes: list[NodeState] = []
-        self.view = CapacityView(spec.trial_ladder, require_available=True,
-                                 node_source=self._read, team=spec.team)
+        self.view = CapacityView(spec.trial_ladder, require_available=True, node_source=self._read,
+                                 team=check_bound_team(spec.team))  # bound before ray.init()?
         self.state: tuple[CapacitySnapshot, list[NodeState], float] | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ray_ladder.cluster.fleet_teams import check_bound_team
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.context import RungContext
 from ray_ladder.core.exceptions import InvalidConstraintsError
@@ -340,7 +341,8 @@ def with_ladder(
 
     Raises:
         InvalidConstraintsError: static constraints no rung can satisfy.
-        ValueError: ``team`` is not a fleet team's name.
+        ValueError: ``team`` is not a fleet team's name, or not one of the running
+            fleet's teams (checked when this process is connected to Ray).
 
     Example:
         >>> trainable = with_ladder(train_fn, "ladder.yaml", {"jurisdiction": "eu"})
@@ -352,6 +354,7 @@ def with_ladder(
     if not callable(train_fn):
         raise TypeError(f"train_fn must be a function of config, got {type(train_fn).__name__}")
     spec = LadderTrialSpec.build(as_ladder(ladder), constraints, num_cpus, bound, team)
+    check_bound_team(team)  # one of the running fleet's teams (cluster/fleet_teams.py)
 
     @functools.wraps(train_fn)
     def ladder_trainable(config: dict) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ray_ladder.core.teamwork import check_team, under_notice, wanted_units
+from ray_ladder.core.teamwork import check_fleet_team, check_team, under_notice, wanted_units
 
 ELIGIBLE = ["h100", "a100", "l4"]
 
@@ -44,3 +44,13 @@ def test_the_team_name_is_checked() -> None:
     for bad in ("Team", "b!", "", " b", 1):
         with pytest.raises(ValueError, match="fleet team's name"):
             check_team(bad)
+
+
+def test_a_bound_team_must_be_one_of_the_fleets_teams() -> None:
+    assert check_fleet_team("a", "platform", ["a", "b"]) == "a"
+    assert check_fleet_team(None, "platform", ["a"]) is None
+    with pytest.raises(ValueError) as err:
+        check_fleet_team("nosuchteam", "platform", ["c", "a", "b"])
+    assert str(err.value).startswith(
+        "team 'nosuchteam' is not in fleet 'platform''s teams: a, b, c (the fleet file's "
+        "teams[])")
