@@ -22,7 +22,7 @@ MAY_IMPORT = {
     "core": set(),
     "node": {"core", "_lazy"},
     "cluster": {"core"},
-    "testing": {"core", "cluster", "serve"},
+    "testing": {"core", "cluster", "serve", "_lazy"},
     "task": {"core", "cluster", "_lazy"},
     "serve": {"core", "cluster", "_lazy", "engines"},
     "tune": {"core", "cluster", "_lazy"},

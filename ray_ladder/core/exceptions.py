@@ -212,7 +212,25 @@ class RungUnavailableError(LadderError):
     the work goes to the next eligible rung (a stream continues there). An external
     backend rung raises it when its server refuses connections or answers 5xx.
 
+    Args:
+        message: Why, for the request's attempt list and the router's log.
+        retry_after_s: How long the rung itself asked to be left alone (a backend's
+            ``Retry-After``): the router keeps the rung down at least that long, never
+            longer than its longest cooldown (``serve/health.py``).
+
     Example:
-        >>> raise RungUnavailableError("vLLM at http://10.0.0.5:8000 answered 503")
-        ... # doctest: +SKIP
+        >>> raise RungUnavailableError("vLLM at http://10.0.0.5:8000 answered 503",
+        ...                            retry_after_s=5.0)  # doctest: +SKIP
     """
+
+    def __init__(self, message: str = "", *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def __reduce__(self):  # keeps retry_after_s across Ray's pickling
+        return (_rung_unavailable, (type(self), str(self), self.retry_after_s))
+
+
+def _rung_unavailable(cls: type[RungUnavailableError], message: str,
+                      retry_after_s: float | None) -> RungUnavailableError:
+    return cls(message, retry_after_s=retry_after_s)

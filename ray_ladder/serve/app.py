@@ -169,6 +169,7 @@ def build_app(
     assign_timeout_s: float = 0.25,
     request_timeout_s: float | None = None,
     down_cooldown_s: float | None = None,
+    max_cooldown_s: float | None = None,
     router_label_selector: Mapping[str, str] | None = None,
     router_options: Mapping[str, Any] | None = None,
     deployment_options: Mapping[str, Mapping[str, Any]] | None = None,
@@ -202,6 +203,9 @@ def build_app(
         request_timeout_s: Limit on a rung's answer once taken (``None``: no limit).
         down_cooldown_s: How long a failed rung stays down (default: 2 probe intervals,
             at least 1 s).
+        max_cooldown_s: The longest a rung that keeps failing stays down (its cooldown
+            doubles up to it) and the most a backend's ``Retry-After`` holds it (default
+            30 s).
         router_label_selector: Pin the router with node labels instead of the head.
         router_options: Extra Serve options of the router deployment.
         deployment_options: Rung name -> extra Serve options of its deployment (merged,
@@ -268,6 +272,7 @@ def build_app(
         "assign_timeout_s": assign_timeout_s,
         "request_timeout_s": request_timeout_s,
         "down_cooldown_s": down_cooldown_s,
+        "max_cooldown_s": max_cooldown_s,
         "team": team,
         "slots": {n: slots for n, (_, slots) in built.items()},
         "targets": route_target_table(ladder, targets, route_targets),
@@ -297,6 +302,7 @@ class LadderAppArgs(BaseModel):
     assign_timeout_s: float = Field(0.25, gt=0, description="See build_app.")
     request_timeout_s: float | None = Field(None, gt=0, description="See build_app.")
     down_cooldown_s: float | None = Field(None, gt=0, description="See build_app.")
+    max_cooldown_s: float | None = Field(None, gt=0, description="See build_app.")
     router_label_selector: dict[str, str] | None = Field(
         None, description="Pin the router with node labels instead of the head.")
     deployment_options: dict[str, dict[str, Any]] = Field(
@@ -334,6 +340,7 @@ def app_builder(args: dict[str, Any]) -> Any:
         assign_timeout_s=parsed.assign_timeout_s,
         request_timeout_s=parsed.request_timeout_s,
         down_cooldown_s=parsed.down_cooldown_s,
+        max_cooldown_s=parsed.max_cooldown_s,
         router_label_selector=parsed.router_label_selector,
         deployment_options=parsed.deployment_options,
         constraints=parsed.constraints,

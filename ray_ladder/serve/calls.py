@@ -8,6 +8,7 @@ from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from typing import Any
 
 from ray_ladder.cluster import ray_private
+from ray_ladder.serve.deadlines import PieceDeadlines
 from ray_ladder.serve.errors import PieceLate, RungFailed, rung_failure
 from ray_ladder.serve.load import LoadBook
 from ray_ladder.serve.places import Places
@@ -164,7 +165,8 @@ class RungCaller:
                      elsewhere: Callable[[], bool] = lambda: True,
                      late_s: float | None = None,
                      may_move: Callable[[], bool] = lambda: False,
-                     leave_s: float | None = None) -> AsyncGenerator[Any, None]:
+                     leave_s: float | None = None, first_s: float | None = None,
+                     silence: bool = False) -> AsyncGenerator[Any, None]:
         """Stream ``request`` from ``rung``'s ``ladder_generate``: the pieces, as they come.
 
         Raises :class:`RungFailed` when the rung is lost before or during the stream (its
@@ -173,9 +175,11 @@ class RungCaller:
         while the rung showed no sign of life and ``elsewhere()`` (nothing was generated
         yet, so the stream can start on another rung instead). Raises :class:`PieceLate`
         when a piece after the first is ``late_s`` late and ``may_move()`` (another rung
-        that would not be slower can continue it); with cause ``notice`` when the rung is
-        left after a preemption notice and ``elsewhere()``. Closing the iterator cancels
-        the generation on the replica.
+        that would not be slower can continue it; ``silence``: the rung is suspect), or
+        when the first piece is ``first_s`` late (from the replica taking the request)
+        and ``elsewhere()``: the rung is suspect (``serve/deadlines.py``). RungFailed with
+        cause ``notice`` when the rung is left after a preemption notice and
+        ``elsewhere()``. Closing the iterator cancels the generation on the replica.
         """
         down = self._down.wait(rung)
         book = self.book
@@ -200,7 +204,8 @@ class RungCaller:
             if book is not None:
                 book.taken(rung, taken - sent, ahead)
             first = True
-            async for item in self._pieces(rung, gen, down, late_s, may_move, elsewhere):
+            late = PieceDeadlines(first_s, late_s, silence, may_move)
+            async for item in self._pieces(rung, gen, down, late, elsewhere):
                 if first and book is not None:
                     book.first_piece(rung, self._since(taken), self._clock())
                 first = False
@@ -256,24 +261,26 @@ class RungCaller:
                                  timeout=True)
 
     async def _pieces(self, rung: str, gen: Any, down: asyncio.Future[None],
-                      late_s: float | None = None,
-                      may_move: Callable[[], bool] = lambda: False,
+                      late: PieceDeadlines = PieceDeadlines.NONE,
                       elsewhere: Callable[[], bool] = lambda: False
                       ) -> AsyncGenerator[Any, None]:
         """The stream's pieces until it ends; RungFailed when the rung goes or is silent,
-        PieceLate when a piece after the first is ``late_s`` late and ``may_move()``,
-        RungFailed ``notice`` when the rung is left after a notice and ``elsewhere()``."""
+        PieceLate when a piece is late (``late``'s deadlines), RungFailed ``notice`` when
+        the rung is left after a notice and ``elsewhere()``."""
         loop = asyncio.get_running_loop()
         first = True
         leaving: asyncio.Future[None] | None = self._leaving.wait(rung)
         while True:
             nxt: asyncio.Future[Any] = asyncio.ensure_future(gen.__anext__())
-            if late_s is not None and not first:
-                done, _ = await asyncio.wait((nxt, down), timeout=late_s,
+            limit = late.first_s if first else late.late_s
+            if limit is not None:
+                done, _ = await asyncio.wait((nxt, down), timeout=limit,
                                              return_when=asyncio.FIRST_COMPLETED)
-                if not done and may_move():
+                if not done and (elsewhere() if first else late.may_move()):
                     nxt.cancel()
-                    raise PieceLate(late_s)
+                    raise PieceLate(limit, first=first, suspect=late.silence,
+                                    what="silence deadline" if late.silence
+                                    else "inter-token target")
             waits = (nxt, down) if leaving is None else (nxt, down, leaving)
             done, _ = await asyncio.wait(waits, timeout=self.request_timeout_s,
                                          return_when=asyncio.FIRST_COMPLETED)

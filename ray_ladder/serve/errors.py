@@ -16,25 +16,38 @@ class RungFailed(Exception):
         timeout: True when the rung said nothing (no error): ambiguous for a ping.
         cause: Why, as data (``timeout``, ``rung_down`` or ``failed``: an error).
         error: The error's class name when an error failed it.
+        retry_after_s: How long the rung asked to be left alone (a backend's
+            ``Retry-After``), if it said.
+        suspect: The rung missed a deadline (no first piece in time, or silence with no
+            target set): new requests avoid it at once, as if it had failed, though
+            the rung may only be slow.
     """
 
     def __init__(self, reason: str, *, timeout: bool = False,
-                 cause: AttemptCause | None = None, error: str | None = None) -> None:
+                 cause: AttemptCause | None = None, error: str | None = None,
+                 retry_after_s: float | None = None, suspect: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.timeout = timeout
         self.cause: AttemptCause = cause or ("timeout" if timeout else
                                              "failed" if error else "rung_down")
         self.error = error
+        self.retry_after_s = retry_after_s
+        self.suspect = suspect
 
 
 class PieceLate(RungFailed):
-    """A stream's next piece is later than its inter-token target and a rung that would
-    not be slower can take the rest: the stream moves (the rung is not marked down)."""
+    """A generation's next piece is later than its deadline and another rung can take
+    the rest: it moves. A piece late for the inter-token target leaves the rung up (one
+    slow piece); a first piece late, or a silence past the deadline that holds without
+    a target (``serve/deadlines.py``), makes the rung ``suspect``."""
 
-    def __init__(self, late_s: float) -> None:
-        super().__init__(f"no piece within the {late_s:g}s inter-token target",
-                         timeout=True, cause="late")
+    def __init__(self, late_s: float, *, first: bool = False, suspect: bool = False,
+                 what: str = "inter-token target") -> None:
+        what = "first-token deadline" if first else what
+        super().__init__(f"no {'first ' if first else ''}piece within the {late_s:g}s "
+                         f"{what}", timeout=True, cause="late", suspect=suspect or first)
+        self.first = first
 
 
 class RungFull(Exception):
@@ -55,7 +68,9 @@ def rung_failure(err: BaseException) -> RungFailed | None:
         return None
     cause = getattr(err, "cause", None)
     gone = cause if cause is not None and is_rung_gone(cause) else err
-    return RungFailed(reason, cause="failed", error=type(gone).__name__)
+    retry = getattr(gone, "retry_after_s", None)
+    return RungFailed(reason, cause="failed", error=type(gone).__name__,
+                      retry_after_s=float(retry) if isinstance(retry, (int, float)) else None)
 
 
 def failure_reason(err: BaseException) -> str | None:

@@ -39,6 +39,7 @@ class FakeRung:
         delay_s: Seconds each answer or piece takes.
         take_s: Seconds before a replica takes a request or stream (a busy machine's slow
             assignment; a caller that gives up sooner raises ``RungFailed`` timeout).
+        first_s: Seconds more before a stream's first piece (a late first token).
     """
 
     takes: bool = True
@@ -50,6 +51,7 @@ class FakeRung:
     busy: bool = False
     delay_s: float = 0.0
     take_s: float = 0.0
+    first_s: float = 0.0
 
 
 class FakeRungCaller:
@@ -111,7 +113,8 @@ class FakeRungCaller:
                      elsewhere: Callable[[], bool] = lambda: True,
                      late_s: float | None = None,
                      may_move: Callable[[], bool] = lambda: False,
-                     leave_s: float | None = None) -> AsyncGenerator[Any, None]:
+                     leave_s: float | None = None, first_s: float | None = None,
+                     silence: bool = False) -> AsyncGenerator[Any, None]:
         """Stream ``rung``'s pieces, at most the request's ``max_tokens`` (as a rung
         does), raising :class:`RungFailed` as the real caller does when lost."""
         self.sent.append(rung)
@@ -133,13 +136,18 @@ class FakeRungCaller:
         for i, piece in enumerate(pieces):
             if behaviour.fail_after is not None and i >= behaviour.fail_after:
                 raise RungFailed("rung went down mid-stream")
-            if i and late_s is not None and behaviour.delay_s > late_s and may_move():
+            delay = behaviour.delay_s + (behaviour.first_s if not i else 0.0)
+            if not i and first_s is not None and delay > first_s and elsewhere():
+                await asyncio.sleep(first_s)
+                raise PieceLate(first_s, first=True)
+            if i and late_s is not None and delay > late_s and may_move():
                 await asyncio.sleep(late_s)
-                raise PieceLate(late_s)
+                raise PieceLate(late_s, suspect=silence, what="silence deadline"
+                                if silence else "inter-token target")
             if i and rung in self.leaving and elsewhere():
                 raise RungFailed("a preemption notice: the stream moved before the kill",
                                  cause="notice")
-            await asyncio.sleep(behaviour.delay_s)
+            await asyncio.sleep(delay)
             yield piece
         if behaviour.fail_after is not None and behaviour.fail_after >= len(pieces):
             raise RungFailed("rung went down after its last piece")

@@ -48,10 +48,25 @@ class RungHealth:
         """Seconds of cooldown left at ``now`` (0 when not down)."""
         return max(0.0, self.down_until - now)
 
-    def failed(self, reason: str, now: float, backoff: Backoff) -> RungHealth:
-        """A request saw the rung fail at ``now``: down for the streak's cooldown."""
+    def failed(self, reason: str, now: float, backoff: Backoff,
+               retry_after_s: float | None = None) -> RungHealth:
+        """A request saw the rung fail at ``now``: down for the streak's cooldown, or
+        for the ``retry_after_s`` the rung asked for when longer (at most the backoff's
+        cap: the operator's longest cooldown).
+
+        Example:
+            >>> b = Backoff(base_s=1.0, cap_s=30.0)
+            >>> RungHealth().failed("503", 0.0, b, retry_after_s=5.0).down_until
+            5.0
+            >>> RungHealth().failed("503", 0.0, b, retry_after_s=3600.0).down_until
+            30.0
+        """
         streak = self.streak.after_failure(now, backoff)
-        return replace(self, down_until=now + streak.cooldown_s, reason=reason,
+        cooldown = streak.cooldown_s
+        if retry_after_s is not None:
+            cooldown = max(cooldown, min(retry_after_s, backoff.cap_s))
+            reason = f"{reason} (it asked to be left alone {retry_after_s:g}s: Retry-After)"
+        return replace(self, down_until=now + cooldown, reason=reason,
                        streak=streak, probation=True, slow=False)
 
     def slowed(self, reason: str, until: float) -> RungHealth:

@@ -20,6 +20,7 @@ from ray_ladder.serve import targets as target_rules
 from ray_ladder.serve.bindings import Bindings, relative_path
 from ray_ladder.serve.cache import AnswerCache
 from ray_ladder.serve.calls import RungCaller
+from ray_ladder.serve.health import MAX_COOLDOWN_S
 from ray_ladder.serve.llm import routes as openai_routes
 from ray_ladder.serve.llm.routes import route_of
 from ray_ladder.serve.load import LoadBook
@@ -86,7 +87,8 @@ class LadderRouter:
         show_events_on_stderr()
         self._metrics = LadderMetrics(self.ladder, enabled=options.get("metrics", True))
         self._state = RouterState(self.ladder, down_cooldown_s=cooldown,
-                                  on_event=self._metrics.event)
+                                  on_event=self._metrics.event,
+                                  max_cooldown_s=options.get("max_cooldown_s") or MAX_COOLDOWN_S)
         cache_rung = next((r for r in self.ladder.rungs if r.kind == "cache"), None)
         self._cache: AnswerCache | None = None
         if cache_rung is not None:

@@ -39,7 +39,7 @@ class RouterState:
 
     Args:
         ladder: The ladder.
-        down_cooldown_s: How long a failure keeps a rung unobtainable.
+        down_cooldown_s: A failure's cooldown (doubles on a repeat, to max_cooldown_s).
         on_event: Called with each event of the unconstrained selector.
         max_selectors: Most constrained selectors kept.
         max_events: Recent events kept for :meth:`snapshot`.
@@ -59,7 +59,7 @@ class RouterState:
         down_cooldown_s: float,
         on_event: Callable[[TransitionEvent], None] | None = None,
         max_selectors: int = 256,
-        max_events: int = 100,
+        max_events: int = 100, max_cooldown_s: float = MAX_COOLDOWN_S,
         replica_counts_max_age_s: float = 5.0,
     ) -> None:
         if down_cooldown_s <= 0:
@@ -76,7 +76,7 @@ class RouterState:
         #: One health record per compute rung (down, failure streak, probation).
         self._health = {name: RungHealth() for name in self._compute}
         self._backoff = Backoff(base_s=down_cooldown_s,
-                                cap_s=max(MAX_COOLDOWN_S, down_cooldown_s))
+                                cap_s=max(max_cooldown_s, down_cooldown_s))
         self._obtainable: dict[str, bool] = {}
         #: Rungs the autoscaler hook released while a better rung is up (see observe).
         self._held: frozenset[str] = frozenset()
@@ -239,15 +239,17 @@ class RouterState:
         return [n for n in self._compute if self._standby[n] > 0 and running.get(n, 0) > 0
                 and self._running.get(n, 0) == 0 and n not in set(alive)]
 
-    def mark_down(self, rung: str, reason: str, now: float) -> Decision:
+    def mark_down(self, rung: str, reason: str, now: float,
+                  retry_after_s: float | None = None) -> Decision:
         """A request saw ``rung`` fail: unobtainable for the cooldown, re-observe at once.
 
         The cooldown doubles each time the rung fails again within one applied cooldown
         of the last one's end (a backend that stays down), up to ``MAX_COOLDOWN_S``
         (:class:`~ray_ladder.core.backoff.Backoff`, which cannot overflow); a rung that
-        stayed up that long starts again from ``down_cooldown_s``.
+        stayed up that long starts again from ``down_cooldown_s``; a backend's
+        ``retry_after_s`` when longer, at most the cap (``RungHealth.failed``).
         """
-        self._health[rung] = self._health[rung].failed(reason, now, self._backoff)
+        self._health[rung] = self._health[rung].failed(reason, now, self._backoff, retry_after_s)
         return self._observe_all(now)
 
     def mark_slow(self, rung: str, reason: str, until: float, now: float) -> Decision:

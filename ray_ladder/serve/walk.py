@@ -15,7 +15,8 @@ only acts, or tenacity's ``iter()`` answers ``DoAttempt`` / ``DoSleep`` from a c
    (``RequestView.expected_s``: its queue and service time), or it has no free place
    and the request could not wait in its queue and still fall back to the rung below
    in time (:data:`RESERVE`): it *spills* (:class:`Spill`, an attempt with cause
-   ``busy``) and the walk goes on below;
+   ``busy``) and the walk goes on below; not once the target has passed or a rung
+   that took the request failed it (``Walk.failed``): a late answer beats a 503;
 4. only the shed rung or nothing is left, but a compute rung of the request can come back
    without new capacity (its node is alive; its replica restarts or its failure cooldown
    runs): :class:`Wait` for the next probe, until ``pending_timeout_s`` after the request
@@ -243,11 +244,6 @@ class Walk:
         target_at: The walk's clock time by which the request should be answered (or
             its first piece sent, ``kind`` ``first``); ``None``: no latency target.
         kind: ``answer`` (a whole answer) or ``first`` (a stream's first piece).
-
-    Example:
-        >>> walk = Walk(ladder, give_up_at=5.0)  # doctest: +SKIP
-        >>> walk.enter("h100"); walk.failed("h100", "node died", 1.0, cause="rung_down")
-        ... # doctest: +SKIP
     """
 
     ladder: Ladder
@@ -339,8 +335,10 @@ class Walk:
 
     def failed(self, rung: str, reason: str, now: float, *, cause: AttemptCause = "failed",
                error: str | None = None) -> None:
-        """``rung`` did not answer the request, for ``reason``."""
+        """``rung`` did not answer the request, for ``reason``; a rung that took it and
+        failed (or missed a deadline) ends its target: it is answered, late or not."""
         self.attempts.append(Attempt(rung, reason, now, cause=cause, error=error))
+        self.target_at = None if cause in ("failed", "rung_down", "late") else self.target_at
 
     def cache_missed(self, rung: str, now: float) -> None:
         """The cache rung had no fresh answer for this request."""
@@ -382,7 +380,7 @@ def decide(walk: Walk, facts: Facts, now: float) -> Step:
     if kind == "cache":
         return FromCache(name)
     if facts.expected_s is not None and walk.target_at is not None \
-            and name != walk.reserved \
+            and name != walk.reserved and now < walk.target_at \
             and now + facts.expected_s + facts.reserve_s > walk.target_at:
         return Spill(name, facts.expected_s)
     return Try(name)

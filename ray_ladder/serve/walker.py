@@ -94,7 +94,7 @@ class Walker:
         now = self._clock()
         if self._state.is_down(rung, now):
             return  # another request already reported it; the selectors moved then
-        decision = self._state.mark_down(rung, failed.reason, now)
+        decision = self._state.mark_down(rung, failed.reason, now, failed.retry_after_s)
         self._caller.signal_lost(self._state.lost)
         self._metrics.decision(decision)
         logger.warning("rung %s failed a request (%s); marked down", rung, failed.reason)
@@ -179,10 +179,10 @@ class Walker:
         (a timeout: it may be busy), mark it down and move the selectors at once."""
         walk.failed(rung, failed.reason, self._clock(), cause=failed.cause,
                     error=failed.error)
-        if failed.cause in ("late", "notice"):  # a late piece or a preemption notice
-            self._metrics.attempt_failed(rung, failed.cause)  # moved a stream: not down
-        elif not failed.timeout:
-            self.mark_failed(rung, failed)
+        if failed.suspect or not (failed.timeout or failed.cause in ("late", "notice")):
+            self.mark_failed(rung, failed)  # new requests avoid it at once
+        else:  # a late piece, a notice (moved a stream) or silence (may be busy): not down
+            self._metrics.attempt_failed(rung, failed.cause)
 
     def hedged(self, rung: str) -> None:
         """A request ``rung`` was slow to take went to another rung instead."""

@@ -238,3 +238,30 @@ def test_a_batch_is_what_waited_and_an_error_comes_after_the_pieces_before_it():
     batches = asyncio.run(collect())
     assert [p for b in batches for p in b] == [1, 2, 3]  # nothing lost, in order
     assert batches[0] == [1, 2]  # ready together: one batch
+
+
+def test_done_alone_is_an_empty_answer_and_the_rung_s_failure():
+    rung = _rung(lambda request: httpx.Response(
+        200, text="data: [DONE]\n\n", headers={"content-type": "text/event-stream"}))
+    with pytest.raises(TruncatedStream, match="empty answer"):
+        asyncio.run(_drain(rung))
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_a_backend_s_retry_after_travels_with_its_fall(status):
+    rung = _rung(lambda request: httpx.Response(status, text="busy",
+                                                headers={"Retry-After": "7"}))
+    with pytest.raises(RungUnavailableError) as caught:
+        asyncio.run(_drain(rung))
+    assert caught.value.retry_after_s == 7.0
+    rung = _rung(lambda request: httpx.Response(status, text="busy"))
+    with pytest.raises(RungUnavailableError) as caught:
+        asyncio.run(_drain(rung))
+    assert caught.value.retry_after_s is None
+
+
+def test_an_html_page_with_its_content_type_falls_before_any_body_is_read():
+    rung = _rung(lambda request: httpx.Response(
+        200, text="<html>502</html>", headers={"content-type": "text/html"}))
+    with pytest.raises(TruncatedStream, match="not an event stream"):
+        asyncio.run(_drain(rung))

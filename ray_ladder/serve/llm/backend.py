@@ -3,6 +3,8 @@ Ray Serve LLM app, a hosted (e.g. EU) provider for the burst rung of a sovereign
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 from collections.abc import AsyncIterator
 from typing import Any
@@ -10,7 +12,7 @@ from typing import Any
 from ray_ladder._lazy import requires_extra
 from ray_ladder.core.context import RungContext
 from ray_ladder.core.exceptions import RungUnavailableError
-from ray_ladder.serve.llm.chunks import ChunkReader
+from ray_ladder.serve.llm.chunks import ChunkReader, TruncatedStream
 from ray_ladder.serve.llm.continuation import (
     completion_of,
     same_tokenizer,
@@ -48,6 +50,36 @@ def cluster_url(rung: RungContext, suffix: str) -> str:
         return ""
     prefix = str(rung.params.get("route_prefix", "")).rstrip("/")
     return f"{rung.serve.rstrip('/')}{prefix}{suffix}"
+
+
+def retry_after_s(response: httpx.Response) -> float | None:
+    """The seconds a ``Retry-After`` header asks for (a number; an HTTP date is read as
+    "no number": the rung's own cooldown holds).
+
+    Example:
+        >>> retry_after_s(httpx.Response(503, headers={"Retry-After": "5"}))
+        5.0
+    """
+    raw = response.headers.get("retry-after")
+    try:
+        value = float(raw) if raw is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and 0 <= value < float("inf") else None
+
+
+#: Content types no event stream is sent as: a proxy's error page, a JSON error body.
+NOT_STREAMS = ("text/html", "application/json")
+
+
+def not_sse(response: httpx.Response, source: str) -> None:
+    """Raise :class:`TruncatedStream` (the rung's fault) when a 200 stream says it is an
+    HTML page or a JSON body (a proxy's error page): seen before any piece. A stream with
+    no or another content type is read, and must end as an answer does."""
+    kind = response.headers.get("content-type", "")
+    if kind.split(";")[0].strip().lower() in NOT_STREAMS:
+        raise TruncatedStream(f"{source} answered {response.status_code} with {kind}, "
+                              "not an event stream")
 
 
 class OpenAIBackendRung:
@@ -175,11 +207,13 @@ class OpenAIBackendRung:
         return [*await self._tokenize(body), *tail]
 
     async def _refuse(self, response: httpx.Response, path: str) -> None:
-        """A 4xx or 5xx answer: the rung's fault (it falls) or the request's (400)."""
+        """A 4xx or 5xx answer: the rung's fault (it falls, for its ``Retry-After`` when
+        it says one) or the request's (400)."""
         status = response.status_code
         detail = (await response.aread()).decode(errors="replace")[:300]
         if status >= 500 or status in RUNG_FAULTS:
-            raise RungUnavailableError(f"{self.base_url}{path} answered {status}: {detail}")
+            raise RungUnavailableError(f"{self.base_url}{path} answered {status}: {detail}",
+                                       retry_after_s=retry_after_s(response))
         raise ValueError(f"{self.base_url}{path} refused the request ({status}): {detail}")
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Tokens]:
@@ -203,26 +237,38 @@ class OpenAIBackendRung:
                 path, body = "/completions", completion
             reader = ChunkReader(f"{self.base_url}{path}", self.tokenizer,
                                  usage_counts=bool(self._vllm))
-            async with self._client.stream("POST", path, json=body) as response:
+            response = await self._client.send(
+                self._client.build_request("POST", path, json=body), stream=True)
+            try:
                 if response.status_code >= 400:
                     await self._refuse(response, path)
+                not_sse(response, f"{self.base_url}{path}")
                 async for line in response.aiter_lines():
                     piece = reader.line(line)
                     if piece is not None:
                         yield piece
                     if reader.done:
-                        return
+                        break
                 reader.end()
+            finally:
+                # Shielded: a generation cancelled mid-read (the router had its tokens, or
+                # moved the stream) must still give its connection back, or the pool runs
+                # dry after a few hundred requests and every call waits (PoolTimeout).
+                await asyncio.shield(response.aclose())
         except httpx.HTTPError as err:  # refused, reset, timed out: the backend is gone
             raise RungUnavailableError(f"{self.base_url}: {type(err).__name__}: {err}"
                                        ) from None
+        except (json.JSONDecodeError, KeyError) as err:  # /models, /tokenize: not JSON
+            raise RungUnavailableError(f"{self.base_url}: the answer is not an OpenAI "
+                                       f"answer: {type(err).__name__}: {err}") from None
 
     async def check_health(self) -> None:
         """Serve's health check: the server lists its models (raises when it does not)."""
         try:
             response = await self._client.get("/models", timeout=self.health_timeout_s)
         except httpx.HTTPError as err:
-            raise RungUnavailableError(f"{self.base_url}/models: {err}") from None
+            raise RungUnavailableError(f"{self.base_url}/models: {type(err).__name__}: {err}"
+                                       ) from None
         if response.status_code != 200:
             raise RungUnavailableError(f"{self.base_url}/models answered "
                                        f"{response.status_code}")

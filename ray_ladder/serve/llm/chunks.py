@@ -48,6 +48,8 @@ class ChunkReader:
     counted: int = 0
     finished: bool = False
     done: bool = False
+    #: A chunk with a choice came (an answer, even an empty one, has one).
+    answered: bool = False
 
     def line(self, line: str) -> Tokens | None:
         """The tokens of one line (``None`` for a line that carries none)."""
@@ -71,6 +73,7 @@ class ChunkReader:
         if "error" in chunk:
             raise RungUnavailableError(f"the model's stream failed: {chunk['error']}")
         choices = chunk.get("choices") or []
+        self.answered = self.answered or bool(choices)
         choice = choices[0] if choices and isinstance(choices[0], dict) else {}
         text = _text(choice)
         ids = tuple(int(i) for i in choice.get("token_ids") or ())
@@ -96,10 +99,14 @@ class ChunkReader:
         return count
 
     def end(self) -> None:
-        """The body ended: raise :class:`TruncatedStream` unless the answer had."""
+        """The body ended: raise :class:`TruncatedStream` unless the answer had, or when
+        it held no choice at all (an empty answer: ``[DONE]`` alone is no answer)."""
         if not (self.done or self.finished):
             raise TruncatedStream(f"{self.source}: the stream ended without [DONE] or a "
                                   f"finish_reason after {self.counted} token(s)")
+        if not self.answered:
+            raise TruncatedStream(f"{self.source}: an empty answer (no choice in the "
+                                  "stream)")
 
 
 def _text(choice: dict[str, Any]) -> str:

@@ -12,6 +12,7 @@ from ray_ladder.cluster.event_log import log_event
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.events import TransitionEvent
 from ray_ladder.core.latency import LatencyTargets
+from ray_ladder.serve.deadlines import Deadlines, deadlines
 from ray_ladder.serve.errors import PieceLate, RungFailed
 from ray_ladder.serve.llm.protocol import GenerationRequest, Tokens, first_stop
 from ray_ladder.serve.llm.responses import StreamRecord
@@ -53,20 +54,21 @@ class _Move:
 
 @dataclass
 class _Lateness:
-    """How late pieces may move a stream: the inter-token target (``None``: never), the
-    moves left, and the most a rung it moves to may take to its first piece (so it
-    never moves to a slower one)."""
+    """How late pieces may move one generation (``serve/deadlines.py``): its targets,
+    the late moves it has left (set at its first rung) and the bar a rung it moves to
+    must meet (its first piece within the first-token deadline)."""
 
-    late_s: float | None = None
-    moves_left: int = 0
+    targets: LatencyTargets | None = None
+    moves_left: int | None = None
     bar_s: float = 0.0
 
-    @classmethod
-    def of(cls, targets: LatencyTargets | None, stream: bool) -> _Lateness:
-        if targets is None or not stream or targets.inter_token_s is None:
-            return cls()
-        return cls(targets.inter_token_s, targets.late_moves,
-                   targets.ttft_s or targets.inter_token_s)
+    def on(self, measured_first_s: float) -> Deadlines:
+        """The deadlines on a rung whose first piece takes ``measured_first_s``."""
+        found = deadlines(self.targets, measured_first_s)
+        if self.moves_left is None:
+            self.moves_left = found.late_moves
+        self.bar_s = found.bar_s
+        return found
 
 
 class StreamDriver:
@@ -79,11 +81,13 @@ class StreamDriver:
     generated; the ladder does not move for it; counted as a hedge). If the rung fails
     (node or replica gone, the probe saw it go), it is marked down, the selectors move at
     once, and the stream continues on the rung the walk names next with the text already
-    sent as the new rung's ``continuation``. With an inter-token target, a piece later
-    than it moves the stream the same way (at most ``late_moves`` times, only to a rung
+    sent as the new rung's ``continuation``. A generation (streamed or whole) that
+    misses a deadline on its rung (``serve/deadlines.py``) moves the same way: no first
+    piece within the first-token deadline (the rung is suspect: marked down), or a piece
+    later than the inter-token target (at most ``late_moves`` times, only to a rung
     expected to send its first piece within the first-token target; the late rung is not
-    marked down). The walk's wait, cache, shed and exhaustion steps are the JSON route's,
-    counted the same way.
+    marked down) or, with no target, than the silence deadline (suspect). The walk's
+    wait, cache, shed and exhaustion steps are the JSON route's, counted the same way.
 
     Args:
         router: The request walk's parts.
@@ -114,7 +118,7 @@ class StreamDriver:
             targets.ttft_s if stream else targets.answer_s
         walk, view = router.start_walk(constraints, never, target_s=target_s,
                                        kind="first" if stream else "answer")
-        self._late = _Lateness.of(targets, stream)
+        self._late = _Lateness(targets)
         move = _Move()
         while True:
             step = router.next_step(walk, view)
@@ -165,15 +169,17 @@ class StreamDriver:
         """The pieces ``name`` generates for ``rest`` of the answer (raises RungFailed)."""
         caller = self.router.caller
         first_try = not record.text
-        late = self._late
+        late = self._late.on(view.own_s(name, "first"))
+        moves = self._late.moves_left or 0
         stream = caller.stream(
             name, rest.to_dict(), warm=self.router.router_state.is_warm(name),
             # Started elsewhere when slow to be taken: only where a replica runs.
             give_up_s=caller.assign_timeout_s if first_try
             and view.hedge_target(walk.excluded | {name}) is not None else None,
             elsewhere=lambda: view.has_other_compute(name, walk.excluded),
-            late_s=late.late_s if late.moves_left > 0 else None,
+            late_s=late.late_s if moves > 0 else None,
             may_move=lambda: self._may_move(view, walk, name),
+            first_s=late.first_s, silence=late.silence,
             leave_s=None if walk.leave_at is None or not first_try
             else max(0.0, walk.leave_at - self.router.now()))
         engine_finish = None
@@ -208,8 +214,8 @@ class StreamDriver:
     def _lost(self, walk: Walk, name: str, failed: RungFailed, record: StreamRecord,
               move: _Move, moves: bool = True) -> None:
         """``name`` failed the stream: note it; a move the client sees once text was sent."""
-        if isinstance(failed, PieceLate):
-            self._late.moves_left -= 1
+        if isinstance(failed, PieceLate) and not failed.first:
+            self._late.moves_left = (self._late.moves_left or 1) - 1
         record.drop_held()
         self.router.rung_failed(walk, name, failed)
         if failed.timeout and not record.text:
