@@ -77,8 +77,17 @@ backend that produced it (the ladder reports the rung's model, LiteLLM the deplo
    * ``back_on_primary_s``: restarted primary listening -> the first piece of the first
      probe the primary answered.
 
-Prints one JSON object on stdout (``machine``: bench/_machine.py). About 2 minutes on the
-2-core development machine. ``python bench/peers_llm.py --backend ...`` is the backend
+3. **Every fault of a backend** (issue 43; ``--no-faults`` skips it, ``--faults-only`` runs
+   it alone): bench/peers_faults.py, on a pair of its own (``FaultyBackend`` threads, whose
+   faults include a refused connection; the processes above stay, so the SIGKILL figures
+   keep their meaning) and a ladder configured as the fault suite's. Per fault and system:
+   the outcome, the slowest client's time, and the ladder's goal met or not (``faults``,
+   ``faults_summary``, ``faults_setup``).
+
+Prints one JSON object on stdout (``machine``: bench/_machine.py; ``sections``: which of the
+three ran). Sections 1 and 2 take about 2 minutes on the 2-core development machine, the
+fault section several more (``faults_setup.wall_s``): it waits out the faults that hold a
+client until its 60 s limit. ``python bench/peers_llm.py --backend ...`` is the backend
 server the bench starts (not for use by hand).
 """
 
@@ -98,6 +107,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from _json_out import json_stdout
+from peers_faults import add_arguments as add_fault_arguments
+from peers_faults import run_faults
 
 PROBE_EVERY_S = 0.2
 PRIMARY_MODEL = "counter-primary"
@@ -475,15 +486,27 @@ async def run(args: argparse.Namespace, primary: Backend, fallback: Backend,
     return result
 
 
-def start_ladder(primary: Backend, fallback: Backend) -> tuple[Any, str]:
-    """A LocalCluster (the head alone) and the ladder's Serve app; returns (cluster, URL)."""
+def start_serve() -> tuple[Any, int]:
+    """A LocalCluster (the head alone) and Serve's proxy; returns (cluster, port)."""
+    from ray import serve
+
+    from ray_ladder.testing import LocalCluster, free_port
+
+    cluster = LocalCluster({}, log_to_driver=False).start()
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port}, proxy_location="HeadOnly")
+    return cluster, port
+
+
+def start_ladder(port: int, primary: Backend, fallback: Backend) -> str:
+    """The ladder's Serve app on the running Serve instance; returns its URL."""
     import httpx
     from ray import serve
 
     from ray_ladder import Ladder
     from ray_ladder.serve import build_app
     from ray_ladder.serve.llm.backend import OpenAIBackendRung
-    from ray_ladder.testing import LocalCluster, free_port, wait_until
+    from ray_ladder.testing import wait_until
 
     ladder = Ladder.from_dict({"name": LADDER_NAME, "rungs": [
         {"name": "primary", "num_cpus": 0.1,
@@ -491,9 +514,6 @@ def start_ladder(primary: Backend, fallback: Backend) -> tuple[Any, str]:
         {"name": "fallback", "num_cpus": 0.1, "standby_replicas": 1,
          "params": {"base_url": fallback.url, "model": fallback.model}},
         {"name": "shed", "kind": "shed"}]})
-    cluster = LocalCluster({}, log_to_driver=False).start()
-    port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port}, proxy_location="HeadOnly")
     options = {"max_ongoing_requests": 64, "health_check_period_s": 1.0,
                "health_check_timeout_s": 2.0, "graceful_shutdown_timeout_s": 1.0}
     serve.run(build_app(ladder, dict.fromkeys(["primary", "fallback"], OpenAIBackendRung),
@@ -502,7 +522,41 @@ def start_ladder(primary: Backend, fallback: Backend) -> tuple[Any, str]:
     url = f"http://127.0.0.1:{port}"
     wait_until(lambda: httpx.get(url + "/-/ladder").json()["current"] == "primary", 60, 0.1,
                "the ladder on the primary")
-    return cluster, url
+    return url
+
+
+def head_to_head(args: argparse.Namespace, port: int | None) -> dict[str, Any]:
+    """Sections 1 and 2 on their own two backend processes (and the ladder's app, when
+    ``port`` is Serve's), all stopped before it returns."""
+    from ray_ladder.testing import free_port
+
+    workdir = tempfile.mkdtemp(prefix="peers_llm_")
+    primary = Backend(free_port(), PRIMARY_MODEL, args.tokens_per_s, workdir)
+    fallback = Backend(free_port(), FALLBACK_MODEL, args.tokens_per_s, workdir)
+    url = None
+    try:
+        primary.start()
+        fallback.start()
+        asyncio.run(primary.wait_up())
+        asyncio.run(fallback.wait_up())
+        if port is not None:
+            say("starting the ladder")
+            url = start_ladder(port, primary, fallback)
+        say("backends and systems up")
+        return asyncio.run(run(args, primary, fallback, url))
+    finally:
+        if url is not None:
+            from ray import serve
+
+            serve.delete(LADDER_NAME)
+        primary.stop()
+        fallback.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def fault_router(name: str, primary: Any, fallback: Any, key: str) -> Any:
+    """The Router of section 2, for the fault section's backends."""
+    return LiteLLMSystem(name, primary, fallback, key).router  # type: ignore[arg-type]
 
 
 def main() -> None:
@@ -522,7 +576,9 @@ def main() -> None:
     parser.add_argument("--no-ladder", action="store_true", help="LiteLLM alone (no Ray)")
     parser.add_argument("--no-variant", action="store_true",
                         help="skip litellm_httpx_transport")
+    add_fault_arguments(parser)
     args = parser.parse_args()
+    args.faults = args.faults or args.faults_only
 
     out = json_stdout()
     from _machine import MachineProbe
@@ -537,35 +593,27 @@ def main() -> None:
     except ImportError:
         raise SystemExit("bench/peers_llm.py needs LiteLLM: pip install -e '.[peers]'") from None
 
-    from ray_ladder.testing import free_port
-
     litellm.suppress_debug_info = True
     for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
         logging.getLogger(name).setLevel(logging.CRITICAL)  # its errors are counted here
-    workdir = tempfile.mkdtemp(prefix="peers_llm_")
-    primary = Backend(free_port(), PRIMARY_MODEL, args.tokens_per_s, workdir)
-    fallback = Backend(free_port(), FALLBACK_MODEL, args.tokens_per_s, workdir)
-    cluster = None
+    cluster: Any = None
+    port: int | None = None
+    result: dict[str, Any] = {}
     try:
-        primary.start()
-        fallback.start()
-        asyncio.run(primary.wait_up())
-        asyncio.run(fallback.wait_up())
-        url = None
         if not args.no_ladder:
-            say("starting the cluster and the ladder")
-            cluster, url = start_ladder(primary, fallback)
-        say("backends and systems up")
-        result = asyncio.run(run(args, primary, fallback, url))
+            say("starting the cluster")
+            cluster, port = start_serve()
+        if not args.faults_only:
+            result = head_to_head(args, port)
+        if args.faults:
+            say("the fault section")
+            result.update(asyncio.run(run_faults(args, port, fault_router)))
     finally:
         if cluster is not None:
             from ray import serve
 
             serve.shutdown()
             cluster.shutdown()
-        primary.stop()
-        fallback.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
 
     def per_system(key: str) -> dict[str, Any]:
         return {name: result[name].get(key) for name in ("ladder", "litellm",
@@ -585,12 +633,15 @@ def main() -> None:
         report["ladder_minus_litellm_overhead_p50_s"] = round(statistics.median(extra), 4)
         report["ladder_minus_litellm_overhead_spread_s"] = [round(min(extra), 4),
                                                             round(max(extra), 4)]
+    report["sections"] = ([] if args.faults_only else ["overhead", "kill_restart"]) + (
+        ["faults"] if args.faults else [])
+    if not args.faults_only:
+        report.update({key: per_system(key) for key in (
+            "broken_streams", "failover_first_token_s", "back_on_primary_s",
+            "requests_failed_while_down", "max_gap_s")})
+    if "faults_summary" in result:
+        report["faults_summary"] = result.pop("faults_summary")
     report.update({
-        "broken_streams": per_system("broken_streams"),
-        "failover_first_token_s": per_system("failover_first_token_s"),
-        "back_on_primary_s": per_system("back_on_primary_s"),
-        "requests_failed_while_down": per_system("requests_failed_while_down"),
-        "max_gap_s": per_system("max_gap_s"),
         **result,
         "config": {k: v for k, v in vars(args).items() if k not in ("no_ladder",)},
         "wall_s": round(time.monotonic() - started, 1),
