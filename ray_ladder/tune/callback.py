@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ray.tune import Callback
 
 from ray_ladder.tune.quiet import NodeLossLog
+from ray_ladder.tune.result_files import store_driver_copies
 from ray_ladder.tune.trainable import RESULT_KEY
 
 if TYPE_CHECKING:
@@ -34,6 +35,10 @@ class LadderCallback(Callback):
     While the run lasts, Tune's ERROR with a traceback for a trial that lost its node (a
     preemption the ladder recovers from) becomes one INFO line
     (:class:`~ray_ladder.tune.quiet.NodeLossLog`); other failures are logged as Tune does.
+    When a trial starts again (a move, a recovery), its result files are stored first,
+    so Tune's loggers, which restore them from storage, lose no result
+    (:mod:`~ray_ladder.tune.result_files`): it must come before them in
+    ``RunConfig(callbacks=...)``, where :func:`~ray_ladder.tune.ladder_configs` puts it.
 
     Args:
         scheduler: The :class:`LadderScheduler` of the same run.
@@ -48,8 +53,10 @@ class LadderCallback(Callback):
 
     def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial,
                        **info: Any) -> None:
-        """Follow the trial's actor: a failure that is its node's loss is said as such."""
+        """Follow the trial's actor (a failure that is its node's loss is said as such);
+        store its result files before Tune's loggers restore them from storage."""
         self.node_losses.watch(trial)
+        store_driver_copies(trial)
 
     def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial,
                         result: dict, **info: Any) -> None:

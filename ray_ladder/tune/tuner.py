@@ -20,7 +20,10 @@ def ladder_configs(
     """Return copies of the configs with the ladder wired in.
 
     The scheduler becomes a :class:`LadderScheduler` wrapping the one given (kept as is
-    when it already is one); its callback is appended to ``run_config.callbacks``.
+    when it already is one); its callback goes into ``run_config.callbacks`` before the
+    first Tune logger there (appended when there is none; Tune adds its default loggers
+    after the run's callbacks): it stores a restarted trial's result files before the
+    loggers restore them (:mod:`ray_ladder.tune.result_files`).
 
     Raises:
         ValueError: ``reuse_actors=True`` (a move needs a new actor on the new rung).
@@ -43,12 +46,26 @@ def ladder_configs(
         scheduler = LadderScheduler(scheduler)
     callbacks = list(run_config.callbacks or [])
     if scheduler.callback not in callbacks:
-        callbacks.append(scheduler.callback)
+        callbacks.insert(before_loggers(callbacks), scheduler.callback)
     if run_config.failure_config is None or not run_config.failure_config.max_failures:
         logger.warning("FailureConfig(max_failures=0): a trial whose node is lost ends in "
                        "ERROR instead of resuming on another rung; set max_failures >= 1")
     return (dataclasses.replace(tune_config, scheduler=scheduler),
             dataclasses.replace(run_config, callbacks=callbacks))
+
+
+def before_loggers(callbacks: list[Any]) -> int:
+    """Where the ladder's callback goes in ``callbacks``: before the first Tune
+    ``LoggerCallback``, else at the end.
+
+    Example:
+        >>> before_loggers([])
+        0
+    """
+    from ray.tune.logger import LoggerCallback
+
+    return next((i for i, c in enumerate(callbacks) if isinstance(c, LoggerCallback)),
+                len(callbacks))
 
 
 class Tuner(tune.Tuner):
