@@ -9,7 +9,8 @@ One run on a LocalCluster (head + an h100 node + an a100 node):
 - climb_back_s: the h100 node is re-added; time until answers come from h100 again,
   with the terms of its goal (hysteresis x probe interval + replica start + 1 s), and
   router_climbed_to_first_answer_s: from the router's climb to the first h100 answer
-  (goal <= 0.5 s). Run it at --rate 20 and --rate 50.
+  (goal <= 0.5 s), and after_climb_not_on_h100_requests: requests sent from 0.5 s after
+  the climb on that were not answered by h100 (goal 0). Run it at --rate 20 and --rate 50.
 
 Usage: python bench/serve_ladder.py [--rate 50] [--overhead-requests 300]
 """
@@ -352,6 +353,15 @@ def main():
         out["router_climbed_to_first_answer_s"] = (
             round(min(r[1] for r in back) - (t_add + ups[0] - t_add_wall), 3)
             if back and ups and t_add_wall is not None else None)
+        # Requests sent from 0.5 s after the router's climb on and answered by another
+        # rung (a100: hedged, h100's new replica slow to take them): the climb takes
+        # effect when it is decided (tests/serve/test_serve_ray.py asserts only that they
+        # are answered, from h100 or a100, and that h100 answers).
+        climbed_at = (t_add + ups[0] - t_add_wall) if ups and t_add_wall is not None else None
+        after_climb = [r for r in recs if climbed_at is not None and r[0] > climbed_at + 0.5]
+        out["after_climb_requests"] = len(after_climb)
+        out["after_climb_not_on_h100_requests"] = sum(
+            1 for r in after_climb if r[2] != 200 or r[3] != "h100")
         # The same for requests sent while the node came back (its raylet and replica
         # start on these cores): a backlog then delays the first h100 answer after the
         # climb by the time the queue ahead of it takes to drain, not by the ladder.
@@ -370,6 +380,8 @@ def main():
             "climb_back_s": (out["climb_back_s"] or 99) <= (out["climb_back_goal_s"] or 0),
             "router_climbed_to_first_answer_s":
                 (out["router_climbed_to_first_answer_s"] or 99) <= 0.5,
+            "after_climb_not_on_h100_requests": (out["after_climb_requests"] > 0 and
+                                                 out["after_climb_not_on_h100_requests"] == 0),
         }
         out["goals_met"] = goals
         out["total_s"] = round(time.monotonic() - t_start, 1)

@@ -118,8 +118,13 @@ def test_a_stream_continues_on_the_next_rung_when_the_backend_dies(stack):
     # A chunk may carry several numbers (pieces that queued go together).
     numbers = [int(n) for _, t in chunks for n in t.split()]
     assert numbers == list(range(1, 61))  # one stream, no repeated or lost piece
-    assert {r for r, _ in chunks[:killed]} == {"eu-burst"}
-    assert {r for r, _ in chunks[killed + 2:]} == {"cpu"}
+    # One move, off the killed backend: eu-burst until the kill and after it while what
+    # the backend had sent still arrives (how much is the machine's speed), then cpu.
+    rungs = [r for r, _ in chunks]
+    assert "cpu" in rungs, rungs
+    moved = rungs.index("cpu")
+    assert moved >= killed and set(rungs[:moved]) == {"eu-burst"} \
+        and set(rungs[moved:]) == {"cpu"}, rungs
     # The ladder falls off the external rung and stays off while it is down: pings run
     # its health probe, each failure keeps it down longer.
     def current() -> str:

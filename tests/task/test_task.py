@@ -135,10 +135,12 @@ def test_pending_rung_falls_after_timeout_then_climbs_back(cluster, tmp_path):
         attempts = call_info(ref)["attempts"]
         assert attempts[0]["rung"] == "h100" and "not scheduled within 2s" in attempts[0]["reason"]
         assert attempts[0]["cause"] == "timeout"
-        # The ladder now knows h100 is busy: the next call goes straight down.
-        start = time.monotonic()
-        assert ray.get(task.remote(2), timeout=60) == (4, "a100")
-        assert time.monotonic() - start < 2
+        # The ladder now knows h100 is busy: the next call goes straight down, with no
+        # attempt on h100 (one there would wait the 2 s pending timeout and be recorded).
+        # How long the call took is the machine's speed as much (not asserted).
+        ref = task.remote(2)
+        assert ray.get(ref, timeout=60) == (4, "a100")
+        assert call_info(ref)["attempts"] == [], call_info(ref)
     finally:
         release.touch()
     assert ray.get(blocker) == "released"
