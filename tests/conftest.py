@@ -34,6 +34,27 @@ def traces_dir() -> Path:
     return TRACES
 
 
+#: How long ``serve.start`` waits for its HTTP proxy in the suite. Ray Serve's own limit
+#: is 60 s (``ray.serve._private.constants.HTTP_PROXY_TIMEOUT``, a constant with no
+#: setting); a CI host of two busy cores running two of the suite's clusters took longer
+#: to start the proxy's worker, and the module's setup failed (issue 46). The proxy
+#: starting late is the machine's speed, not a fault of ours.
+SERVE_PROXY_TIMEOUT_S = 240
+
+
+@pytest.fixture(scope="session", autouse=True)
+def patient_serve_start(request: pytest.FixtureRequest) -> None:
+    """Give ``serve.start`` :data:`SERVE_PROXY_TIMEOUT_S` for its proxy, where Ray is
+    already imported (a Ray test's module)."""
+    import sys
+
+    if "ray" not in sys.modules:  # pure tests never import Serve for it
+        return
+    from ray.serve._private import api
+
+    api.HTTP_PROXY_TIMEOUT = max(api.HTTP_PROXY_TIMEOUT, SERVE_PROXY_TIMEOUT_S)
+
+
 @pytest.fixture(scope="module")
 def local_cluster() -> Iterator[Callable[..., Any]]:
     """Start a :class:`ray_ladder.testing.LocalCluster` for this module; shut down after it.

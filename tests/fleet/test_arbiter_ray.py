@@ -4,6 +4,7 @@ one node table it reads for every ladder."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ from ray_ladder.cluster.node_table import SharedNodeTable
 from ray_ladder.core.fleet import Fleet
 from ray_ladder.fleet import get_arbiter, start_arbiter
 from ray_ladder.testing import wait_until
+from ray_ladder.testing.demand import steady_demand
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 
@@ -66,39 +68,37 @@ def arbiter(cluster):
 
 
 def test_a_borrower_gets_idle_quota_then_a_notice_then_gives_the_units_back(arbiter) -> None:
-    grants.report_demand("b", "app-b", {"h100": 2})
-    wait_until(lambda: held("b") == (2, 0), SLOW, 0.1, "b borrows a's idle units")
-    view = CapacityView(LADDER, follow_hook=False, team="b", refresh_interval_s=0.0)
-    assert view.refresh().obtainable["h100"] is True
-    grants.report_demand("a", "app-a", {"h100": 2})
-    wait_until(lambda: held("b") == (2, 2), SLOW, 0.1, "a notice on both of b's units")
-    snap = view.refresh()
-    assert snap.obtainable["h100"] is False and snap.going_away["h100"] is not None
-    assert "reclaim notice" in snap.why("h100")
-    wait_until(lambda: held("a") == (2, 0) and held("b") == (0, 0), SLOW, 0.1,
-               "the units go to a at the deadline")
-    assert view.refresh().why("h100") == "no h100 unit granted to team b"
-    status = ray.get(arbiter.status.remote())
-    assert status["teams"]["a"]["rungs"]["h100"]["held"] == 2
-    assert status["capacity"] == {"h100": 2}
-    grants.report_demand("a", "app-a", {})
-    grants.report_demand("b", "app-b", {})
+    with contextlib.ExitStack() as demand:
+        demand.enter_context(steady_demand("b", "app-b", {"h100": 2}))
+        wait_until(lambda: held("b") == (2, 0), SLOW, 0.1, "b borrows a's idle units")
+        view = CapacityView(LADDER, follow_hook=False, team="b", refresh_interval_s=0.0)
+        assert view.refresh().obtainable["h100"] is True
+        demand.enter_context(steady_demand("a", "app-a", {"h100": 2}))
+        wait_until(lambda: held("b") == (2, 2), SLOW, 0.1, "a notice on both of b's units")
+        snap = view.refresh()
+        assert snap.obtainable["h100"] is False and snap.going_away["h100"] is not None
+        assert "reclaim notice" in snap.why("h100")
+        wait_until(lambda: held("a") == (2, 0) and held("b") == (0, 0), SLOW, 0.1,
+                   "the units go to a at the deadline")
+        assert view.refresh().why("h100") == "no h100 unit granted to team b"
+        status = ray.get(arbiter.status.remote())
+        assert status["teams"]["a"]["rungs"]["h100"]["held"] == 2
+        assert status["capacity"] == {"h100": 2}
 
 
 def test_a_sigkill_of_the_arbiter_loses_no_grant(arbiter) -> None:
-    grants.report_demand("a", "app-a", {"h100": 1})
-    wait_until(lambda: held("a") == (1, 0), SLOW, 0.1, "a holds one unit")
-    pid = ray.get(arbiter.__ray_call__.remote(lambda self: os.getpid()))
-    os.kill(pid, signal.SIGKILL)
-    # While it is down the entry stays: parts keep what they hold.
-    assert held("a") == (1, 0)
-    wait_until(lambda: get_arbiter() is not None
-               and ray.get(get_arbiter().status.remote(), timeout=5)["restored"], SLOW, 0.5,
-               "Ray restarts the arbiter, which resumes from the KV")
-    restarted = ray.get(get_arbiter().status.remote())
-    assert restarted["teams"]["a"]["rungs"]["h100"]["held"] == 1
-    assert ray.get(get_arbiter().__ray_call__.remote(lambda self: os.getpid())) != pid
-    grants.report_demand("a", "app-a", {})
+    with steady_demand("a", "app-a", {"h100": 1}):
+        wait_until(lambda: held("a") == (1, 0), SLOW, 0.1, "a holds one unit")
+        pid = ray.get(arbiter.__ray_call__.remote(lambda self: os.getpid()))
+        os.kill(pid, signal.SIGKILL)
+        # While it is down the entry stays: parts keep what they hold.
+        assert held("a") == (1, 0)
+        wait_until(lambda: get_arbiter() is not None
+                   and ray.get(get_arbiter().status.remote(), timeout=5)["restored"], SLOW,
+                   0.5, "Ray restarts the arbiter, which resumes from the KV")
+        restarted = ray.get(get_arbiter().status.remote())
+        assert restarted["teams"]["a"]["rungs"]["h100"]["held"] == 1
+        assert ray.get(get_arbiter().__ray_call__.remote(lambda self: os.getpid())) != pid
 
 
 class Feeder:
@@ -135,30 +135,30 @@ def test_a_borrowing_task_moves_off_reclaimed_units_and_loses_no_call(arbiter) -
         time.sleep(0.3)
         return rung.name
 
-    # b's queued calls are its demand: it borrows a's idle units while it has work.
-    feeder = Feeder(work)
-    try:
-        wait_until(lambda: held("b")[0] >= 1, SLOW, 0.1, "b borrows a's idle h100 units")
-        wait_until(lambda: ray.get(feeder.sent[-1][1], timeout=SLOW) == "h100", SLOW, 0.1,
-                   "b's calls run on the borrowed units")
-        grants.report_demand("a", "app-a", {"h100": 2})  # a's own work arrives
-        deadline = wait_until(lambda: entry("b")["rungs"]["h100"]["deadline"], SLOW, 0.05,
-                              "b gets a notice")
-        wait_until(lambda: feeder.sent[-1][0] > deadline + 1.0, SLOW, 0.05,
-                   "b keeps sending calls past the notice's deadline")
-    finally:
-        sent = feeder.end()
-    rungs = ray.get([ref for _, ref in sent], timeout=3 * SLOW)
-    assert len(rungs) == len(sent)  # no call lost
-    # b's ladder moved to a100 on the notice, before the deadline (moving frees the units
-    # early: its demand for them drops): its last call placed on h100 was sent before the
-    # deadline, and calls sent before the deadline already ran on a100.
-    placed = list(zip((at for at, _ in sent), rungs, strict=True))
-    assert max(at for at, rung in placed if rung == "h100") < deadline
-    assert any(rung == "a100" and at < deadline for at, rung in placed), placed
-    wait_until(lambda: held("a") == (2, 0) and held("b") == (0, 0), SLOW, 0.1,
-               "a holds its quota after the grace")
-    grants.report_demand("a", "app-a", {})
+    with contextlib.ExitStack() as demand:  # a's demand, from its arrival to the end
+        # b's queued calls are its demand: it borrows a's idle units while it has work.
+        feeder = Feeder(work)
+        try:
+            wait_until(lambda: held("b")[0] >= 1, SLOW, 0.1, "b borrows a's idle h100 units")
+            wait_until(lambda: ray.get(feeder.sent[-1][1], timeout=SLOW) == "h100", SLOW, 0.1,
+                       "b's calls run on the borrowed units")
+            demand.enter_context(steady_demand("a", "app-a", {"h100": 2}))  # a's own work
+            deadline = wait_until(lambda: entry("b")["rungs"]["h100"]["deadline"], SLOW, 0.05,
+                                  "b gets a notice")
+            wait_until(lambda: feeder.sent[-1][0] > deadline + 1.0, SLOW, 0.05,
+                       "b keeps sending calls past the notice's deadline")
+        finally:
+            sent = feeder.end()
+        rungs = ray.get([ref for _, ref in sent], timeout=3 * SLOW)
+        assert len(rungs) == len(sent)  # no call lost
+        # b's ladder moved to a100 on the notice, before the deadline (moving frees the units
+        # early: its demand for them drops): its last call placed on h100 was sent before the
+        # deadline, and calls sent before the deadline already ran on a100.
+        placed = list(zip((at for at, _ in sent), rungs, strict=True))
+        assert max(at for at, rung in placed if rung == "h100") < deadline
+        assert any(rung == "a100" and at < deadline for at, rung in placed), placed
+        wait_until(lambda: held("a") == (2, 0) and held("b") == (0, 0), SLOW, 0.1,
+                   "a holds its quota after the grace")
 
 
 def alive(nodes: list) -> set[str]:

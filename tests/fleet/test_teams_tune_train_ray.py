@@ -4,6 +4,7 @@ checkpoint, before the reclaim notice's deadline, losing no step past that check
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -29,6 +30,7 @@ from ray_ladder.demo.teams.checkpoint import (
 )
 from ray_ladder.fleet import start_arbiter
 from ray_ladder.testing import wait_until
+from ray_ladder.testing.demand import steady_demand
 from tests.fleet._team_train import team_trainer
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
@@ -84,12 +86,13 @@ def cluster(local_cluster: Any) -> Any:
     ray.kill(handle, no_restart=True)
 
 
-def _reclaim_from_b(log: Path) -> tuple[float, float]:
-    """b's work runs on h100; a's demand arrives: the notice's time and deadline."""
+def _reclaim_from_b(log: Path, stack: contextlib.ExitStack) -> tuple[float, float]:
+    """b's work runs on h100; a's demand arrives (and stands, reported again as a running
+    part does, until ``stack`` closes): the notice's time and deadline."""
     wait_until(lambda: sum(e["rung"] == "h100" for e in read_steps(log)) >= 5, 120, 0.1,
                "b's work runs on a's idle h100")
     assert h100("b").get("held", 0) >= 1
-    grants.report_demand("a", "app-a", {"h100": 2})
+    stack.enter_context(steady_demand("a", "app-a", {"h100": 2}))
     noticed_at = time.time()
     wait_until(lambda: h100("b").get("noticed", 0) >= 1, SLOW, 0.05, "a notice to b")
     deadline = h100("b")["deadline"]
@@ -137,13 +140,13 @@ def test_a_tune_trial_of_b_moves_off_a_reclaimed_unit_at_its_checkpoint(
     out: dict = {}
     fit = threading.Thread(target=lambda: out.update(grid=tuner.fit()), daemon=True)
     fit.start()
-    try:
-        noticed_at, deadline = _reclaim_from_b(log)
-        _after_move(log, noticed_at, deadline)
-    finally:
-        flag.touch()
-        fit.join(120)
-        grants.report_demand("a", "app-a", {})
+    with contextlib.ExitStack() as demand:  # a's demand ends after b's run
+        try:
+            noticed_at, deadline = _reclaim_from_b(log, demand)
+            _after_move(log, noticed_at, deadline)
+        finally:
+            flag.touch()
+            fit.join(120)
     assert not fit.is_alive()
     result = out["grid"][0]
     assert result.error is None
@@ -159,13 +162,13 @@ def test_a_train_run_of_b_moves_off_a_reclaimed_unit_at_its_checkpoint(
     out: dict = {}
     fit = threading.Thread(target=lambda: out.update(result=trainer.fit()), daemon=True)
     fit.start()
-    try:
-        noticed_at, deadline = _reclaim_from_b(log)
-        _after_move(log, noticed_at, deadline)
-    finally:
-        flag.touch()
-        fit.join(120)
-        grants.report_demand("a", "app-a", {})
+    with contextlib.ExitStack() as demand:  # a's demand ends after b's run
+        try:
+            noticed_at, deadline = _reclaim_from_b(log, demand)
+            _after_move(log, noticed_at, deadline)
+        finally:
+            flag.touch()
+            fit.join(120)
     assert not fit.is_alive()
     result = out["result"]
     assert result.error is None

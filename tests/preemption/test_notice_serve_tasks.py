@@ -103,7 +103,12 @@ def _on_h100(app) -> None:
 
 @pytest.fixture
 def healthy(app):
-    """The ladder serves from h100, with a100's standby replica running (warm)."""
+    """The ladder serves from h100, with a100's standby replica running (warm). An h100
+    node a failed test left draining (its kill never came) is removed first."""
+    draining = ray_private.draining_nodes()
+    for node in app.cluster.nodes("h100"):
+        if node.node_id in draining:
+            app.cluster.remove_node(node)
     if not app.cluster.nodes("h100"):
         app.cluster.add_node("h100")
     _on_h100(app)
@@ -191,15 +196,21 @@ def test_serve_moves_before_the_kill_and_loses_no_request(healthy):
 
 
 def test_tasks_start_nothing_on_the_draining_node_and_lose_nothing(healthy):
+    """Calls go on being sent through a drain: none starts on the draining node, none is
+    lost or runs twice, and calls sent between the notice and the kill go to a100 at
+    once (the ladder moved before the kill). When their attempts *start* is the machine's
+    speed (a cold worker on a100: 8 s was too short on a busy CI host, issue 46)."""
     cluster = healthy.cluster
     node = cluster.nodes("h100")[0]
     starts = start_log()
     refs: dict[str, ray.ObjectRef] = {}
+    sent: dict[str, float] = {}
     stop = threading.Event()
 
     def submit():
         i = 0
         while not stop.is_set():
+            sent[f"t{i}"] = time.time()
             refs[f"t{i}"] = work.remote(f"t{i}", starts)
             i += 1
             stop.wait(0.4)
@@ -209,6 +220,7 @@ def test_tasks_start_nothing_on_the_draining_node_and_lose_nothing(healthy):
 
     submitter = threading.Thread(target=submit, daemon=True)
     submitter.start()
+    killed = False
     try:
         wait_until(lambda: sum(n == node.node_id for _, n, _ in started()) >= 5, 60, 0.1,
                    "attempts running on h100")
@@ -216,18 +228,17 @@ def test_tasks_start_nothing_on_the_draining_node_and_lose_nothing(healthy):
         notice_at = time.time()
         accepted, why = ray_private.drain_node(cluster.address, node.node_id, DEADLINE_S)
         assert accepted, why
-        a100 = cluster.nodes("a100")[0].node_id
-        wait_until(lambda: any(n == a100 and t > notice_at for _, n, t in started()),
-                   DEADLINE_S, 0.05, "attempts on a100 before the deadline")
         wait_until(lambda: time.monotonic() >= t0 + DEADLINE_S, DEADLINE_S + 1, 0.02)
         cluster.remove_node(node)  # SIGKILL at the deadline
-        killed_at = time.time()
-        wait_until(lambda: sum(t > killed_at for *_, t in started()) >= 3, 30, 0.1,
+        killed, killed_at = True, time.time()
+        wait_until(lambda: sum(t > killed_at for *_, t in started()) >= 3, 90, 0.1,
                    "attempts after the kill")
     finally:
         stop.set()
         submitter.join()
-    answers = ray.get(list(refs.values()), timeout=60)  # 0 lost: every call answers
+        if not killed:  # leave no draining node to the next test
+            cluster.remove_node(node)
+    answers = {key: ray.get(ref, timeout=90) for key, ref in refs.items()}  # 0 lost
     rows = started()
     on_draining = [r for r in rows if r[1] == node.node_id and r[2] > notice_at]
     assert on_draining == [], "an attempt started on the draining node after the notice"
@@ -237,9 +248,16 @@ def test_tasks_start_nothing_on_the_draining_node_and_lose_nothing(healthy):
     assert sorted(per_key) == sorted(refs) and set(per_key.values()) == {1}, "a call re-ran"
     # A call still queued for h100 at the notice moved before it started: its record
     # names the notice; none ran twice (above).
-    moved = [a for ref in refs.values() for a in call_info(ref)["attempts"]]
+    infos = {key: call_info(ref) for key, ref in refs.items()}
+    moved = [a for info in infos.values() for a in info["attempts"]]
     assert all(PREEMPTION_NOTICE in a["reason"] for a in moved), moved
-    assert set(answers) == {"h100", "a100"}
+    # Sent between the notice and the kill: answered by a100 (moved for the notice, as
+    # above, or sent there at once), and some sent straight there: the move came first.
+    between = [k for k, at in sent.items() if notice_at < at < killed_at]
+    assert between and all(answers[k] == "a100" for k in between), [
+        (k, answers[k], infos[k]["attempts"]) for k in between]
+    assert any(not infos[k]["attempts"] for k in between), "nothing went to a100 at once"
+    assert set(answers.values()) == {"h100", "a100"}
 
 
 def test_sigterm_to_a_ray_start_node_is_a_notice(healthy):
