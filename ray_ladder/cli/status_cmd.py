@@ -129,9 +129,12 @@ def user_view(user: dict[str, Any]) -> Group:
 
 
 def teams_view(teams: list[dict[str, Any]]) -> Table:
-    """Per team and shared rung: units held, noticed (being reclaimed), and budget."""
+    """Per team and shared rung: units held, noticed (being reclaimed), each part's share
+    (the team ledger: ``name held``, ``-n`` when n of them are noticed), budget, and the
+    grace restarts the team suffered as a lender (0 for steady work)."""
     table = Table(title="fleet teams (units per shared rung)")
-    for column in ("team", "rung", "held", "reclaim notice", "budget"):
+    for column in ("team", "rung", "held", "reclaim notice", "parts", "budget",
+                   "grace restarts"):
         table.add_column(column)
     for entry in teams:
         for rung, grant in sorted((entry.get("rungs") or {}).items()):
@@ -139,8 +142,16 @@ def teams_view(teams: list[dict[str, Any]]) -> Table:
             notice = f"{noticed} by {_fmt_s((grant.get('deadline') or 0) - time.time())}" \
                 if noticed else "-"
             table.add_row(str(entry.get("team")), rung, str(grant.get("held", 0)), notice,
-                          str(entry.get("budget", "ok")))
+                          _shares(grant.get("parts")), str(entry.get("budget", "ok")),
+                          str(entry.get("grace_restarts", "-")))
     return table
+
+
+def _shares(parts: dict[str, Any] | None) -> str:
+    """``app 1, task:work 1-1``: each part's units (``-n``: n under the notice)."""
+    return ", ".join(f"{name} {g.get('held', 0)}" + (f"-{g['noticed']}" if g.get("noticed")
+                                                      else "")
+                     for name, g in sorted((parts or {}).items())) or "-"
 
 
 def report_view(report: dict[str, Any]) -> Group:

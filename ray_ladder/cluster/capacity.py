@@ -22,6 +22,7 @@ from ray_ladder.cluster.grants import (
 from ray_ladder.cluster.node_table import SharedNodeTable, ray_node_states
 from ray_ladder.core.capacity_type import WINDOW_CLOSED_REASON, gate
 from ray_ladder.core.constraints import Constraints
+from ray_ladder.core.ledger import part_entry
 from ray_ladder.core.placement import (
     NO_NODE_REASON,
     NodeState,
@@ -186,6 +187,10 @@ class CapacityView:
             shared rung with no unit granted to it is not obtainable, and one whose every
             unit is under a reclaim notice is going away for it (docs/teams.md).
         grant_source: ``team -> its grants entry or None`` (default: Ray's KV).
+        part: The part of ``team`` this view places for (its demand entry's name: the
+            Serve app, ``task:<name>``, a Tune run's ``tune:...``): the view counts the
+            part's share of the team's units (the team ledger, ``core/ledger.py``), not
+            the whole team's grant.
 
     Example:
         >>> view = CapacityView(ladder, refresh_interval_s=0.5)  # doctest: +SKIP
@@ -208,6 +213,7 @@ class CapacityView:
         source: NodeSource | None = None,
         team: str | None = None,
         grant_source: GrantSource | None = None,
+        part: str | None = None,
     ) -> None:
         self.ladder = ladder
         self.refresh_interval_s = (ladder.policy.probe_interval_s if refresh_interval_s is None
@@ -225,6 +231,7 @@ class CapacityView:
 
             self._hook_source = HookRoles().get
         self.team = team
+        self.part = part
         self._grant_source = grant_source
         if team is not None and grant_source is None:
             self._grant_source = GrantReader().get
@@ -247,7 +254,7 @@ class CapacityView:
         kinds = dict.fromkeys(held, "window")  # each hold's cause, written with it
         obtainable = gated
         going = {n: c.deadline for n, c in rungs.items() if c.going_away}
-        entry = self._grant_source(self.team) \
+        entry = part_entry(self._grant_source(self.team), self.part) \
             if self.team is not None and self._grant_source is not None else None
         granted, denied, reclaimed = self._team_limits(entry, obtainable, held, going)
         kinds.update({**dict.fromkeys(denied, GRANT_HELD),

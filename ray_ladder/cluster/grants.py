@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ray_ladder.core.arbiter import BudgetState, Holdings, Round
+from ray_ladder.core.ledger import PartGrant
 
 KV_NAMESPACE = "ray_ladder"
 GRANTS_PREFIX = "fleet/grants/"
@@ -48,9 +49,14 @@ GrantSource = Callable[[str], "Mapping[str, Any] | None"]
 
 def team_entry(fleet: str, team: str, out: Round, shared: list[str], now: float,
                cloud: Iterable[str] = (),
-               demand: Mapping[str, Mapping[str, int]] | None = None) -> dict[str, Any]:
+               demand: Mapping[str, Mapping[str, int]] | None = None,
+               parts: Mapping[str, Mapping[str, PartGrant]] | None = None,
+               ) -> dict[str, Any]:
     """The entry the arbiter publishes for ``team`` after round ``out`` (``shared``: the
-    on-prem shared rungs, ``cloud``: the cloud ones, ``demand``: the round's demand).
+    on-prem shared rungs, ``cloud``: the cloud ones, ``demand``: the round's demand,
+    ``parts``: the team ledger's shares, rung -> part -> share). With ``parts``, each
+    rung's ``parts`` has every part's share of the team's units (``core/ledger.py``; a
+    part reads it through :func:`ray_ladder.core.ledger.part_entry`).
 
     Example:
         >>> from ray_ladder.core.arbiter import Holdings, Round
@@ -68,6 +74,9 @@ def team_entry(fleet: str, team: str, out: Round, shared: list[str], now: float,
                        "deadline": min((r.deadline for r in notices), default=None),
                        "entitled": out.entitled.get(team, {}).get(rung, 0),
                        "wanted": int(wanted.get(rung, 0))}
+        if parts is not None:
+            rungs[rung]["parts"] = {part: {"held": g.held, "noticed": g.noticed}
+                                    for part, g in (parts.get(rung) or {}).items()}
     return {"fleet": fleet, "team": team, "time": now, "budget": out.budget.get(team, "ok"),
             "budget_until": out.budget_until.get(team), "shared": list(shared),
             "cloud": list(cloud), "rungs": rungs}

@@ -37,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ray_ladder.core.arbiter import Reclaim, Round
+from ray_ladder.core.ledger import Claim
 
 #: A part's report: (team, user) -> rung -> units (``user`` names the app, task or run).
 Reports = Mapping[tuple[str, str], Mapping[str, int]]
@@ -56,6 +57,23 @@ class DemandHold:
     """
 
     peaks: Mapping[tuple[str, str, str], tuple[Sample, ...]] = field(default_factory=dict)
+    #: (team, user, rung) -> the round since which the part has wanted the rung without
+    #: a break (its *placement*, the team ledger's order: ``core/ledger.py``).
+    since: Mapping[tuple[str, str, str], float] = field(default_factory=dict)
+
+    def claims(self) -> dict[str, dict[str, list[Claim]]]:
+        """Team -> rung -> each part's held demand there, as the team ledger's claims.
+
+        Example:
+            >>> hold = held_demand({("b", "app"): {"h100": 1}}, DemandHold(), 0.0, 3.0)[1]
+            >>> hold.claims()
+            {'b': {'h100': [Claim(part='app', units=1, since=0.0)]}}
+        """
+        out: dict[str, dict[str, list[Claim]]] = {}
+        for (team, user, rung), samples in sorted(self.peaks.items()):
+            out.setdefault(team, {}).setdefault(rung, []).append(
+                Claim(user, samples[0][1], self.since.get((team, user, rung), 0.0)))
+        return out
 
 
 def hold_samples(samples: Sequence[Sample], now: float, units: int,
@@ -91,6 +109,7 @@ def held_demand(reports: Reports, hold: DemandHold, now: float,
         {}
     """
     peaks: dict[tuple[str, str, str], tuple[Sample, ...]] = {}
+    since: dict[tuple[str, str, str], float] = {}
     out: dict[str, dict[str, int]] = {}
     for (team, user), wants in reports.items():
         rungs = set(wants) | {r for (t, u, r) in hold.peaks if (t, u) == (team, user)}
@@ -100,9 +119,10 @@ def held_demand(reports: Reports, hold: DemandHold, now: float,
                                    max(0, int(wants.get(rung, 0))), window_s)
             if samples[0][1] > 0:  # a part that wants none of a rung keeps no samples
                 peaks[key] = samples
+                since[key] = hold.since.get(key, now)
                 totals = out.setdefault(team, {})
                 totals[rung] = totals.get(rung, 0) + samples[0][1]
-    return out, DemandHold(peaks)
+    return out, DemandHold(peaks, since)
 
 
 def grace_restarts(before: Sequence[Reclaim], out: Round, now: float,

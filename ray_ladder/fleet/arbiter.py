@@ -30,6 +30,7 @@ from ray_ladder.core.arbiter import Holdings, Reclaim, Round, decide, shared_cap
 from ray_ladder.core.demand_hold import DemandHold, grace_restarts, held_demand
 from ray_ladder.core.events import TransitionEvent
 from ray_ladder.core.fleet import Fleet, load_fleet
+from ray_ladder.core.ledger import share_out
 from ray_ladder.core.placement import NodeState
 
 logger = logging.getLogger("ray_ladder.fleet")
@@ -69,6 +70,8 @@ class FleetArbiter:
         self.round_s = 0.0
         #: Each part's recent demand reports: drops are held (``core/demand_hold.py``).
         self._hold = DemandHold()
+        #: Team -> rung -> part -> units: each part's share last round (core/ledger.py).
+        self._shares: dict[str, dict[str, dict[str, int]]] = {}
         #: Notices withdrawn before their deadline (a new one for the same lender restarts
         #: its grace), and the count of such restarts per lender.
         self._withdrawn: tuple[Reclaim, ...] = ()
@@ -118,9 +121,16 @@ class FleetArbiter:
                            namespace=grants.KV_NAMESPACE)
         shared = self.fleet.onprem_rungs
         cloud = [name for name in self.fleet.rungs if name not in shared]
+        # The team ledgers: each team's units shared out among its parts.
+        shares = share_out(out.state, shared, self._hold.claims(), self._shares)
+        self._shares = {team: {rung: {part: g.held for part, g in parts.items()}
+                               for rung, parts in rungs.items()}
+                        for team, rungs in shares.items()}
         for team in self.fleet.teams:
             entry = grants.team_entry(self.fleet.fleet, team.name, out, shared, now,
-                                      cloud=cloud, demand=demand)
+                                      cloud=cloud, demand=demand,
+                                      parts=shares.get(team.name, {}))
+            entry["grace_restarts"] = self.grace_restarts.get(team.name, 0)  # as a lender
             ray_private.kv_put(grants.GRANTS_PREFIX + team.name, json.dumps(entry),
                                namespace=grants.KV_NAMESPACE)
         fleet_teams.publish_teams(self.fleet)

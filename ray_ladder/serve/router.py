@@ -101,6 +101,7 @@ class LadderRouter:
         self.team: str | None = check_bound_team(options.get("team"))
         view = CapacityView(self.ladder, refresh_interval_s=policy.probe_interval_s,
                             ready=self._state.is_warm, team=self.team,
+                            part=self._app() if self.team else None,
                             constraints=self.bindings.default)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._prober: Prober

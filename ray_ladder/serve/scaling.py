@@ -9,6 +9,8 @@ from typing import Any
 
 from ray.serve.autoscaling_policy import replica_queue_length_autoscaling_policy
 
+from ray_ladder.core.ledger import part_entry
+
 # Where the autoscaler hook publishes its roles: ray_ladder.cluster.roles holds the same
 # values (a test keeps them equal); importing it here would tie the controller to ray_ladder.
 HOOK_KV_NAMESPACE = "ray_ladder"
@@ -150,24 +152,26 @@ class StandbyPolicy:
         at = (self._primes or {}).get(self.rung)
         return isinstance(at, (int, float)) and -5.0 <= now - at < PRIME_HOLD_S
 
-    def grant(self, now: float) -> tuple[int, int] | None:
-        """``(held, noticed)``: units of this rung the arbiter grants the team, and how
-        many of them are under a reclaim notice; ``None`` (no team, no arbiter entry, or
-        not a shared rung: no cap)."""
+    def grant(self, now: float, app: str | None = None) -> tuple[int, int] | None:
+        """``(held, noticed)``: units of this rung the arbiter grants the team's part
+        ``app`` (its share in the team ledger, ``core/ledger.py``; the whole team's without
+        ``app``), and how many of them are under a reclaim notice; ``None`` (no team, no
+        arbiter entry, or not a shared rung: no cap)."""
         if self.team is None or self.rung is None:
             return None
         if self._grants_at is None or not 0 <= now - self._grants_at < HOOK_READ_EVERY_S:
             self._grants_at = now
             self._grants = self._read_kv(GRANTS_PREFIX + self.team)
-        grant = ((self._grants or {}).get("rungs") or {}).get(self.rung)
+        entry = part_entry(self._grants, app) or {}
+        grant = (entry.get("rungs") or {}).get(self.rung)
         if not isinstance(grant, dict):
             return None
         return int(grant.get("held", 0)), int(grant.get("noticed", 0))
 
-    def granted(self, now: float) -> int | None:
-        """Units of this rung the arbiter grants the team and does not reclaim, or
-        ``None`` (no team, no arbiter entry, or not a shared rung: no cap)."""
-        grant = self.grant(now)
+    def granted(self, now: float, app: str | None = None) -> int | None:
+        """Units of this rung the arbiter grants the team's part ``app`` and does not
+        reclaim, or ``None`` (no team, no arbiter entry, or not a shared rung: no cap)."""
+        grant = self.grant(now, app)
         return None if grant is None else max(0, grant[0] - grant[1])
 
     def _read_roles(self) -> dict[str, Any] | None:
@@ -217,7 +221,8 @@ class StandbyPolicy:
             # Serve's policy keeps a replica that is still pending (none running yet):
             # here only requests for the rung keep it.
             return (desired if ctx.total_num_requests > 0 else 0), state
-        grant = self.grant(float(now)) if now is not None else None
+        grant = self.grant(float(now), getattr(ctx, "app_name", None)) \
+            if now is not None else None
         if grant is not None and grant[0] <= 0:
             # No unit held: a reclaim's deadline passed (the router moved at its notice)
             # or none was granted. The replica goes now, whatever Serve's request average

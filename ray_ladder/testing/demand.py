@@ -17,30 +17,52 @@ from contextlib import contextmanager
 from ray_ladder.cluster.grants import report_demand
 
 
+class Demand:
+    """The demand a :func:`steady_demand` block reports; :meth:`set` changes it."""
+
+    def __init__(self, team: str, user: str, wants: Mapping[str, int]) -> None:
+        self.team, self.user = team, user
+        self.wants = dict(wants)
+        self._lock = threading.Lock()
+
+    def set(self, wants: Mapping[str, int]) -> None:
+        """Report ``wants`` now, and from now on."""
+        with self._lock:
+            self.wants = dict(wants)
+            report_demand(self.team, self.user, self.wants)
+
+    def report(self) -> None:
+        """Report the current demand again."""
+        with self._lock:
+            report_demand(self.team, self.user, self.wants)
+
+
 @contextmanager
 def steady_demand(team: str, user: str, wants: Mapping[str, int],
-                  every_s: float = 1.0) -> Iterator[None]:
+                  every_s: float = 1.0) -> Iterator[Demand]:
     """Report ``wants`` for ``team``'s part ``user`` now and every ``every_s`` seconds
-    while the block runs (the first report is in before the block starts); report no
-    demand when it ends, even on an error. Needs a connected Ray driver.
+    while the block runs (the first report is in before the block starts; the
+    :class:`Demand` it gives changes it); report no demand when it ends, even on an
+    error. Needs a connected Ray driver.
 
     Example:
-        >>> with steady_demand("a", "app-a", {"h100": 2}):  # doctest: +SKIP
-        ...     wait_until(lambda: held("a") == 2, 60)
+        >>> with steady_demand("a", "app-a", {"h100": 1}) as demand:  # doctest: +SKIP
+        ...     wait_until(lambda: held("a") == 1, 60)
+        ...     demand.set({"h100": 2})  # a's second step
     """
-    wants = dict(wants)
+    demand = Demand(team, user, wants)
     stop = threading.Event()
-    report_demand(team, user, wants)
+    demand.report()
 
     def again() -> None:
         while not stop.wait(every_s):
-            report_demand(team, user, wants)
+            demand.report()
 
     thread = threading.Thread(target=again, name=f"demand-{team}-{user}", daemon=True)
     thread.start()
     try:
-        yield
+        yield demand
     finally:
         stop.set()
         thread.join()
-        report_demand(team, user, {})
+        demand.set({})

@@ -27,6 +27,7 @@ from ray_ladder.cluster.grants import (
     report_demand,
 )
 from ray_ladder.core.events import TransitionCause
+from ray_ladder.core.ledger import part_entry
 from ray_ladder.core.placement import NodeState
 from ray_ladder.core.teamwork import wanted_units
 from ray_ladder.train import lifecycle
@@ -161,8 +162,9 @@ class TeamRun:
         return gang_limits(self._entry(), self.gangs, placed)
 
     def _entry(self) -> Mapping[str, Any] | None:
+        """The team's entry narrowed to this run's share (the team ledger)."""
         try:
-            return self._grants(self.team)
+            return part_entry(self._grants(self.team), self.user)
         except Exception:  # the KV may be slow; no entry read is no limit
             logger.debug("grants read failed", exc_info=True)
             return None

@@ -47,7 +47,8 @@ class View:
         self._clock = clock
         self._read_nodes: list[NodeState] = []
         self.view = CapacityView(spec.trial_ladder, require_available=True, node_source=self._read,
-                                 team=check_bound_team(spec.team))  # bound before ray.init()?
+                                 team=check_bound_team(spec.team),  # bound before ray.init()?
+                                 part=spec.part)
         self.state: tuple[CapacitySnapshot, list[NodeState], float] | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()

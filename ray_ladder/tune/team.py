@@ -35,7 +35,7 @@ def demand_user(state: TrialState) -> str:
         >>> demand_user(state)  # doctest: +SKIP
         'tune:shared:3f2a9c1b'
     """
-    return f"tune:{state.spec.ladder.name}:{state.spec.uid[:8]}"
+    return state.spec.part
 
 
 class TeamBook:

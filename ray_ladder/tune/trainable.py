@@ -16,6 +16,7 @@ from ray_ladder.cluster.fleet_teams import check_bound_team
 from ray_ladder.core.constraints import Constraints
 from ray_ladder.core.context import RungContext
 from ray_ladder.core.exceptions import InvalidConstraintsError
+from ray_ladder.core.ledger import part_entry
 from ray_ladder.core.placement import demand, label_matches
 from ray_ladder.core.spec import Ladder, Rung, as_ladder
 from ray_ladder.core.teamwork import check_team, under_notice
@@ -69,6 +70,11 @@ class LadderTrialSpec:
     bound: Constraints | None = None
     team: str | None = None
     uid: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    @property
+    def part(self) -> str:
+        """The run's name in its team's ledger and demand entries (one per trainable)."""
+        return f"tune:{self.ladder.name}:{self.uid[:8]}"
 
     @classmethod
     def build(cls, ladder: Ladder, constraints: ConstraintsArg, num_cpus: float,
@@ -205,7 +211,8 @@ class LadderTrainableMixin:
                              "actor_id": ctx.get_actor_id(), "started_at": time.time()}
         with _current_lock:
             _current = RungContext.of(spec.ladder, name) if name else None
-            _notice["team_rung"] = (spec.team, name) if spec.team and name else None
+            _notice["team_rung"] = (spec.team, name, spec.part) if spec.team and name \
+                else None
         if name is None:
             logger.warning("ladder %s: trial resources %s match no eligible rung",
                            spec.ladder.name, bundles)
@@ -295,13 +302,15 @@ def should_checkpoint() -> bool:
     return bool(_notice["draining"])
 
 
-def _team_noticed(team_rung: tuple[str, str] | None) -> bool:
-    """Whether the fleet arbiter has a reclaim notice on the team's units of the rung."""
+def _team_noticed(team_rung: tuple[str, str, str] | None) -> bool:
+    """Whether the fleet arbiter has a reclaim notice on the run's share of its team's
+    units of the rung (``(team, rung, part)``; the team ledger, ``core/ledger.py``)."""
     if team_rung is None:
         return False
     from ray_ladder.cluster.grants import GrantReader
 
-    return under_notice(GrantReader().get(team_rung[0]), team_rung[1])
+    team, rung, part = team_rung
+    return under_notice(part_entry(GrantReader().get(team), part), rung)
 
 
 def with_ladder(

@@ -90,3 +90,26 @@ def test_each_hold_writes_its_cause_as_data_with_its_reason() -> None:
     nodes.add("a100")
     assert view.refresh().why_unobtainable() == {
         "a100": {"cause": "released", "reason": "released by the autoscaler hook"}}
+
+
+def test_a_part_sees_its_own_share_of_the_team_ledger() -> None:
+    """The team holds 2 units, 1 under a notice that falls on the later part (the ledger,
+    core/ledger.py): that part's view is going away, the other part's is not, and each
+    counts its own units, not the team's."""
+    entry = _grant(2, noticed=1, deadline=130.0)
+    entry["rungs"]["h100"]["parts"] = {"app": {"held": 1, "noticed": 0},
+                                       "task:work": {"held": 1, "noticed": 1}}
+
+    def view(part: str | None) -> CapacityView:
+        nodes = FakeNodes(LADDER)
+        nodes.add("h100")
+        nodes.add("a100")
+        return CapacityView(LADDER, node_source=nodes, follow_hook=False, team="b",
+                            grant_source=lambda team: entry, wall_clock=lambda: 100.0,
+                            part=part)
+
+    app, task, new = view("app").refresh(), view("task:work").refresh(), view("new").refresh()
+    assert app.obtainable["h100"] is True and app.granted["h100"] == 1
+    assert task.going_away == {"h100": 130.0} and task.granted["h100"] == 0
+    assert new.obtainable["h100"] is False  # no share yet: it reports demand first
+    assert view(None).refresh().granted["h100"] == 1  # the team's: 2 held, 1 noticed

@@ -80,11 +80,14 @@ class TaskState:
         ports.nodes.follow(self.ladder.name)
         #: The fleet team the task is bound to (docs/teams.md); None: no fleet.
         self.team = opts.team
+        #: Its name in the team's ledger and demand entries.
+        self.part = f"task:{self.name}"
         self._demand_at = float("-inf")
         self.view = CapacityView(self.ladder, refresh_interval_s=self.probe_s,
                                  node_source=ports.nodes.nodes,
                                  constraints=self.constraints,
-                                 hook_source=ports.nodes.hook_roles, team=self.team)
+                                 hook_source=ports.nodes.hook_roles, team=self.team,
+                                 part=self.part)
         eligible = [r for r in self.ladder.eligible(self.constraints) if r.is_compute]
         contexts = {r.name: RungContext.of(self.ladder, r.name) for r in eligible}
         runner = ray.remote(make_batch_runner(spec.fn, spec.name, contexts))
@@ -151,7 +154,7 @@ class TaskState:
             return
         self._demand_at = now
         try:
-            report_demand(self.team, f"task:{self.name}", self.wanted_units(), now)
+            report_demand(self.team, self.part, self.wanted_units(), now)
         except Exception:  # the arbiter's demand is advisory: never fail the task for it
             logger.debug("demand report failed", exc_info=True)
 
