@@ -119,11 +119,30 @@ def test_the_moves_awaited_need_the_arbiter_only_for_the_notice():
     res = _run()
     fleet, plain = moves(True), moves(False)
     assert list(fleet)[0] == "reclaim notice to b" and "reclaim notice to b" not in plain
-    assert [check(res, res.arrived_at) for check in fleet.values()] == [5.5, 6.0, 6.5, 10.0,
-                                                                        10.5, 9.5, 10.6]
+    assert list(fleet) == ["reclaim notice to b", "b's tasks on l4", "a served from h100",
+                           "second reclaim notice to b", "b's requests on l4",
+                           "a's tasks on h100", "a holds its quota again",
+                           "a's work holds both units"]
+    assert [check(res, res.arrived_at) for check in fleet.values()] == [
+        5.5, 6.5, 10.0, 5.5, 6.0, 10.5, 9.5, 10.6]
+    assert fleet["second reclaim notice to b"](res, 6.0) is None  # since: the second step
     assert "a holds its quota again" not in plain
     assert plain["a's work holds both units"](res, res.arrived_at) == 10.6
     assert fleet["a served from h100"](res, 11.0) is None  # nothing of a's on h100 after 11 s
+
+
+def test_each_step_is_timed_from_its_own_arrival_and_work_over_a_grant_is_counted():
+    res = _run()
+    res.tasks_at = 8.0  # a's tasks arrived 3 s after its app
+    f = live_figures(res)
+    assert f["lender_first_top_answer_s"] == {"app": 5.0, "tasks": 2.5}
+    assert f["units_in_use_over_grant_samples"] == 0
+    # b's h100 replica still running at 9.5 s, when b holds no unit: one sample over
+    res.samples[2] = Sample(9.5, res.samples[2].teams, {"b": 1, "a": 0})
+    assert live_figures(res)["units_in_use_over_grant_samples"] == 1
+    # a's task in flight on h100 at 10.7 s while a holds 2 units: within its grant
+    res.samples.append(Sample(10.7, res.samples[-1].teams, {"a": 1}))
+    assert live_figures(res)["units_in_use_over_grant_samples"] == 1
 
 
 def test_verdict_needs_no_loss_a_on_h100_and_b_moved_down():

@@ -102,6 +102,48 @@ def team_rows(res: Result) -> dict[str, dict[str, Any]]:
     return rows
 
 
+def units_in_use(res: Result, sample: Sample, team: str) -> int:
+    """h100 units ``team``'s work occupies at ``sample``: its app's running h100 replicas
+    (read from its router then) and its task calls on h100 in flight then (sent, not yet
+    answered: an upper bound of the attempt's own time there)."""
+    calls = sum(c.team == team and c.rung == SHARED and c.done is not None
+                and c.t <= sample.t <= c.done for c in res.tasks)
+    return sample.replicas.get(team, 0) + calls
+
+
+def over_grant_samples(res: Result) -> int:
+    """Samples at which some team's work occupied more h100 units than the arbiter
+    granted it then (goal 0: a team's parts together stay within its grant).
+
+    Example:
+        >>> res = Result("fleet", arrived_at=0.0, horizon_s=9.0)
+        >>> res.samples = [Sample(1.0, {"b": {"held": 1}}, {"b": 1})]
+        >>> res.tasks = [TaskCall("b", 0.8, "h100", done=1.3)]
+        >>> over_grant_samples(res)
+        1
+    """
+    return sum(any(units_in_use(res, s, team) > s.teams.get(team, {}).get("held", 0)
+                   for team in s.teams) for s in res.samples)
+
+
+def step_figures(res: Result) -> dict[str, Any]:
+    """Per step of a's arrival: from the step to a's first work served on h100 (``app``:
+    its first request answered there, from the app's arrival; ``tasks``: its first task
+    call run there, from the tasks' arrival); the over-grant samples; the grace restarts."""
+    tasks_at = res.arrived_at if res.tasks_at is None else res.tasks_at
+    app = _first(r.t for r in res.requests if r.team == "a" and r.rung == SHARED
+                 and r.status == 200 and r.t >= res.arrived_at)
+    tasks = _first(c.t for c in res.tasks if c.team == "a" and c.rung == SHARED
+                   and c.t >= tasks_at)
+    return {"lender_first_top_answer_s": {
+                "app": None if app is None else round(app - res.arrived_at, 3),
+                "tasks": None if tasks is None else round(tasks - tasks_at, 3)},
+            "units_in_use_over_grant_samples": over_grant_samples(res),
+            "units_in_use_samples": len(res.samples),
+            "grace_restarts": res.grace_restarts,
+            "replica_start_s": res.replica_start_s}
+
+
 def live_figures(res: Result) -> dict[str, Any]:
     """The bench's figures of a run with the arbiter."""
     notice = _first(s.t for s in res.samples if s.teams.get("b", {}).get("noticed", 0) > 0)
@@ -118,7 +160,8 @@ def live_figures(res: Result) -> dict[str, Any]:
         "borrower_failed_requests": failed_requests(res.requests, "b"),
         "borrower_requests": sum(r.team == "b" for r in res.requests),
         "borrower_tasks_lost": tasks_lost(res.tasks, "b"),
-        "borrower_tasks": sum(c.team == "b" for c in res.tasks)}
+        "borrower_tasks": sum(c.team == "b" for c in res.tasks),
+        **step_figures(res)}
 
 
 def plain_figures(res: Result) -> dict[str, Any]:

@@ -118,10 +118,13 @@ class Mark:
 @dataclass(frozen=True)
 class Sample:
     """The arbiter's view at ``t``: team -> its h100 ``held``, ``noticed``, ``nominal``,
-    ``borrowed``, ``lent`` (``ray_ladder.fleet.FleetArbiter.status``)."""
+    ``borrowed``, ``lent`` (``ray_ladder.fleet.FleetArbiter.status``); ``replicas``: team
+    -> its app's running h100 replicas then (its router's ``/-/ladder``; absent: not
+    read)."""
 
     t: float
     teams: dict[str, dict[str, int]]
+    replicas: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -147,11 +150,20 @@ class Options:
 
 @dataclass
 class Result:
-    """What one run of the scenario recorded (times relative to b's load start)."""
+    """What one run of the scenario recorded (times relative to b's load start).
+
+    a's load arrives in two steps: its Serve app at ``arrived_at`` (one h100 unit), its
+    task calls at ``tasks_at`` (the second; ``None``: with the app). ``replica_start_s``:
+    b's app from its deploy to its first answer from h100 (a replica's start on this
+    machine); ``grace_restarts``: the arbiter's count at the end (``None``: no arbiter).
+    """
 
     mode: str
     arrived_at: float
     horizon_s: float
+    tasks_at: float | None = None
+    replica_start_s: float | None = None
+    grace_restarts: int | None = None
     requests: list[Request] = field(default_factory=list)
     tasks: list[TaskCall] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)

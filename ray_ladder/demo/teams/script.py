@@ -41,8 +41,8 @@ def _served(team: str, rung: str, kind: str) -> Check:
 
 
 def _noticed(res: Result, since: float) -> float | None:
-    return min((s.t for s in res.samples if s.teams.get("b", {}).get("noticed", 0) > 0),
-               default=None)
+    return min((s.t for s in res.samples
+                if s.t >= since and s.teams.get("b", {}).get("noticed", 0) > 0), default=None)
 
 
 def _quota_back(res: Result, since: float) -> float | None:
@@ -61,18 +61,30 @@ def _whole_quota(res: Result, since: float) -> float | None:
     return None if after is None else res.arrived_at + after
 
 
-def moves(fleet: bool) -> dict[str, Check]:
-    """The moves after a's arrival, in story order (no notice without an arbiter)."""
-    out: dict[str, Check] = {"reclaim notice to b": _noticed} if fleet else {}
-    out.update({
-        "b's requests on l4": _served("b", LOWER["b"], "requests"),
-        "b's tasks on l4": _served("b", LOWER["b"], "tasks"),
-        "a served from h100": _served("a", SHARED, "requests"),
-        "a's tasks on h100": _served("a", SHARED, "tasks")})
+def step_moves(fleet: bool, step: int) -> dict[str, Check]:
+    """The moves after a's app arrives (``step`` 1: it wants one unit, so b's most
+    recently placed part, its tasks, moves) or after a's tasks arrive (2: b's app moves
+    too), in story order (no notice without an arbiter)."""
+    out: dict[str, Check] = {}
+    if step == 1:
+        if fleet:
+            out["reclaim notice to b"] = _noticed
+        out["b's tasks on l4"] = _served("b", LOWER["b"], "tasks")
+        out["a served from h100"] = _served("a", SHARED, "requests")
+        return out
+    if fleet:
+        out["second reclaim notice to b"] = _noticed
+    out["b's requests on l4"] = _served("b", LOWER["b"], "requests")
+    out["a's tasks on h100"] = _served("a", SHARED, "tasks")
     if fleet:  # the story ends once the lender holds its quota again, not at a guess
         out["a holds its quota again"] = _quota_back
     out["a's work holds both units"] = _whole_quota  # plain Ray: b's replica keeps one
     return out
+
+
+def moves(fleet: bool) -> dict[str, Check]:
+    """Both steps' moves, in story order."""
+    return {**step_moves(fleet, 1), **step_moves(fleet, 2)}
 
 
 def _deploy(team: str, bound: str | None, *, blocking: bool) -> None:
@@ -113,14 +125,28 @@ def _answers(url: str, rung: str | None) -> bool:
     return r.status_code == 200 and (rung is None or r.headers.get("x-ladder-rung") == rung)
 
 
-def _sampler(arbiter: Any, res: Result, clock: Callable[[], float]) -> _Loop:
+def _sampler(arbiter: Any, res: Result, clock: Callable[[], float], url: str) -> _Loop:
+    import httpx
     import ray
+
+    client = httpx.Client(timeout=5)
+
+    def replicas(team: str) -> int | None:
+        """The team's app's running h100 replicas, from its router (None: not up)."""
+        try:
+            rungs = client.get(f"{url}/{team}/-/ladder").json()["rungs"]
+        except Exception:  # not deployed yet, or going: not read
+            return None
+        return next((int(r["running_replicas"]) for r in rungs if r["name"] == SHARED), 0)
 
     def sample() -> None:
         status = ray.get(arbiter.status.remote(), timeout=10)
+        running = {team: replicas(team) for team in status["teams"]}
         res.samples.append(Sample(clock(), {
             team: {k: int(v) for k, v in entry["rungs"][SHARED].items()}
-            for team, entry in status["teams"].items()}))
+            for team, entry in status["teams"].items()},
+            {team: n for team, n in running.items() if n is not None}))
+        res.grace_restarts = int(status.get("grace_restarts", 0))
     return _Loop(sample, 0.25)
 
 
@@ -134,11 +160,13 @@ def run_scenario(url: str, *, fleet: bool, opts: Options = Options(),
     bound: dict[str, str | None] = {t: (t if fleet else None) for t in ("a", "b")}
     loops: list[Any] = []
     try:
+        deploying = time.monotonic()
         _deploy("b", bound["b"], blocking=True)
         _until(lambda: _answers(f"{url}/b", SHARED), opts.deploy_timeout_s,
                "b's app to answer from h100")
         t0 = time.monotonic()
-        res = Result("fleet" if fleet else "plain", 0.0, opts.horizon_s)
+        res = Result("fleet" if fleet else "plain", 0.0, opts.horizon_s,
+                     replica_start_s=round(t0 - deploying, 3))
         return _play(url, res, lambda: time.monotonic() - t0, arbiter, bound, opts,
                      on_mark, loops)
     finally:
@@ -155,7 +183,7 @@ def _play(url: str, res: Result, clock: Callable[[], float], arbiter: Any,
         on_mark(res.marks[-1])
 
     if arbiter is not None:
-        loops.append(_sampler(arbiter, res, clock))
+        loops.append(_sampler(arbiter, res, clock, url))
     loops.append(b_load := Load("b", f"{url}/b", clock, opts.rate_hz))
     loops.append(b_tasks := Feeder("b", _task("b", bound["b"]), clock))
     mark("b's load starts")
@@ -166,36 +194,45 @@ def _play(url: str, res: Result, clock: Callable[[], float], arbiter: Any,
     mark("b borrows a's idle units")
     time.sleep(opts.borrowed_s)
     res.arrived_at = clock()
-    mark("a's load arrives")
+    mark("a's app arrives")  # a's demand, step 1: its app (one unit)
     _deploy("a", bound["a"], blocking=False)
-    loops.append(a_tasks := Feeder("a", _task("a", bound["a"]), clock))
+    a_load: Load | None = None
+    a_tasks: Feeder | None = None
     try:
         try:
             _until(lambda: _answers(f"{url}/a", None), opts.horizon_s, "a's app to answer")
         except TimeoutError:  # its load starts anyway: its requests say what it got
             mark("a's app did not answer yet")
         loops.append(a_load := Load("a", f"{url}/a", clock, opts.rate_hz))
-        _await_moves(res, [b_load, a_load], [b_tasks, a_tasks], moves(arbiter is not None),
-                     mark, clock, opts)
+        fleet = arbiter is not None
+        _await_moves(res, [b_load, a_load], [b_tasks], step_moves(fleet, 1), mark, clock,
+                     opts, res.arrived_at)
+        res.tasks_at = clock()
+        mark("a's tasks arrive")  # step 2: its tasks (the second unit)
+        loops.append(a_tasks := Feeder("a", _task("a", bound["a"]), clock))
+        _await_moves(res, [b_load, a_load], [b_tasks, a_tasks], step_moves(fleet, 2), mark,
+                     clock, opts, res.tasks_at)
         time.sleep(opts.tail_s)
     finally:
         for loop in loops:
             loop.stop()
-        res.tasks = b_tasks.stop() + a_tasks.stop()
-    res.requests = sorted(b_load.records + a_load.records, key=lambda r: r.t)
+        res.tasks = b_tasks.stop() + (a_tasks.stop() if a_tasks is not None else [])
+    res.requests = sorted(b_load.records + (a_load.records if a_load else []),
+                          key=lambda r: r.t)
     return res
 
 
 def _await_moves(res: Result, loads: list[Load], feeders: list[Feeder],
                  checks: dict[str, Check], mark: Callable[[str, float | None], None],
-                 clock: Callable[[], float], opts: Options) -> None:
-    """Mark each move when it shows; stop at the horizon (plain Ray may never move)."""
+                 clock: Callable[[], float], opts: Options, since: float) -> None:
+    """Mark each move when it shows (the first record or sample since ``since``); stop
+    ``opts.horizon_s`` after ``since`` (plain Ray may never move)."""
     pending = dict(checks)
-    while pending and clock() - res.arrived_at < opts.horizon_s:
+    while pending and clock() - since < opts.horizon_s:
         res.requests = [r for load in loads for r in list(load.records)]
         res.tasks = [c for f in feeders for c in list(f.done)]
         for label, check in list(pending.items()):
-            at = check(res, res.arrived_at)
+            at = check(res, since)
             if at is not None:
                 mark(label, at)
                 del pending[label]
