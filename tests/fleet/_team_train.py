@@ -62,3 +62,24 @@ def team_trainer(ladder: Ladder, team: str, folder: Path) -> tuple[Any, Path, Pa
         run_config=RunConfig(name=f"team-{folder.name}", storage_path=str(folder / "r"),
                              failure_config=FailureConfig(max_failures=1)))
     return trainer, log, flag
+
+
+def team_tuner(ladder: Ladder, team: str, folder: Path) -> tuple[Any, Path, Path]:
+    """A ``Tuner`` of one trial of the teams demo's checkpointing ``tune_fn`` on ``ladder``
+    bound to ``team``, its step log (``folder/steps.jsonl``) and its stop file
+    (``folder/stop``): touch it to end the run."""
+    import os
+
+    from ray import tune
+
+    from ray_ladder.demo.teams.checkpoint import tune_fn
+    from ray_ladder.tune import Tuner, with_ladder
+
+    log, flag = folder / "steps.jsonl", folder / "stop"
+    stop = str(flag)
+    tuner = Tuner(with_ladder(tune_fn, ladder, team=team), param_space={"log": str(log)},
+                  run_config=tune.RunConfig(
+                      storage_path=str(folder / "results"), verbose=0,
+                      stop=lambda trial_id, result: os.path.exists(stop),
+                      failure_config=tune.FailureConfig(max_failures=3)))
+    return tuner, log, flag

@@ -8,11 +8,9 @@ at its checkpoint, then the app), at each deadline the unit is physically free i
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import cloudpickle
@@ -24,11 +22,12 @@ from ray import serve
 
 from ray_ladder import Ladder, ladder_task
 from ray_ladder.core.fleet import Fleet
-from ray_ladder.demo.teams.checkpoint import read_steps, steps_lost, tune_fn
+from ray_ladder.demo.teams.checkpoint import read_steps, steps_lost
 from ray_ladder.fleet import start_arbiter
 from ray_ladder.serve import build_app
 from ray_ladder.testing import free_port, wait_until
 from ray_ladder.testing.demand import steady_demand
+from tests.fleet._team_train import team_tuner
 from tests.fleet.test_arbiter_ray import Feeder, entry
 from tests.fleet.test_teams_serve_ray import Load, Model
 
@@ -88,26 +87,6 @@ def cluster(local_cluster: Any) -> Any:
         ray.kill(arbiter, no_restart=True)
 
 
-def _tune_run(tmp_path: Path) -> tuple[Any, Path, Path, dict]:
-    """b's Tune run (one checkpointing trial, bound to b) in a thread: its thread, step
-    log, stop flag and result holder."""
-    from ray import tune
-
-    from ray_ladder.tune import Tuner, with_ladder
-
-    log, flag = tmp_path / "steps.jsonl", tmp_path / "stop"
-    stop = str(flag)
-    tuner = Tuner(with_ladder(tune_fn, LADDER, team="b"), param_space={"log": str(log)},
-                  run_config=tune.RunConfig(
-                      storage_path=str(tmp_path / "results"), verbose=0,
-                      stop=lambda trial_id, result: os.path.exists(stop),
-                      failure_config=tune.FailureConfig(max_failures=3)))
-    out: dict = {}
-    fit = threading.Thread(target=lambda: out.update(grid=tuner.fit()), daemon=True)
-    fit.start()
-    return fit, log, flag, out
-
-
 def _step(wants: int, demand: Any) -> dict[str, Any]:
     """a's demand rises to ``wants`` units: the notice b gets, the parts it falls on, and
     the unit free in Ray after its deadline."""
@@ -138,7 +117,10 @@ def test_each_step_of_a_lenders_demand_frees_one_unit_of_a_two_part_borrower(
     steps: list[dict[str, Any]] = []
     with Load(url, rate=10) as load:
         c_calls = Feeder(c_work, depth=2)  # team c's work: no h100 unit is ever its
-        fit, log, flag, out = _tune_run(tmp_path)  # b's second part, placed after its app
+        tuner, log, flag = team_tuner(LADDER, "b", tmp_path)  # b's second part, placed
+        out: dict = {}                                      # after its app
+        fit = threading.Thread(target=lambda: out.update(grid=tuner.fit()), daemon=True)
+        fit.start()
         try:
             wait_until(lambda: sum(e["rung"] == "h100" for e in read_steps(log)) >= 5, SLOW,
                        0.1, "b's trial steps on its second h100 unit")

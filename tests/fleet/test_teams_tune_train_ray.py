@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 import threading
 import time
@@ -26,12 +25,11 @@ from ray_ladder.demo.teams.checkpoint import (
     read_steps,
     runs,
     steps_lost,
-    tune_fn,
 )
 from ray_ladder.fleet import start_arbiter
 from ray_ladder.testing import wait_until
 from ray_ladder.testing.demand import steady_demand
-from tests.fleet._team_train import team_trainer
+from tests.fleet._team_train import team_trainer, team_tuner
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 
@@ -124,31 +122,29 @@ def _after_move(log: Path, noticed_at: float, deadline: float) -> list[dict]:
     return entries
 
 
-def test_a_tune_trial_of_b_moves_off_a_reclaimed_unit_at_its_checkpoint(
-        cluster: Any, tmp_path: Path) -> None:
-    from ray import tune
-
-    from ray_ladder.tune import Tuner, rung_history, with_ladder
-
-    log, flag = tmp_path / "steps.jsonl", tmp_path / "stop"
-    stop = str(flag)
-    tuner = Tuner(with_ladder(tune_fn, LADDER, team="b"), param_space={"log": str(log)},
-                  run_config=tune.RunConfig(
-                      storage_path=str(tmp_path / "results"), verbose=0,
-                      stop=lambda trial_id, result: os.path.exists(stop),
-                      failure_config=tune.FailureConfig(max_failures=3)))
+def _reclaimed_while_running(fit: Any, log: Path, flag: Path) -> Any:
+    """``fit()`` in a thread while b's work is reclaimed (a's demand arrives, and stands
+    until b's run ended), checked by :func:`_after_move`; its result."""
     out: dict = {}
-    fit = threading.Thread(target=lambda: out.update(grid=tuner.fit()), daemon=True)
-    fit.start()
+    thread = threading.Thread(target=lambda: out.update(result=fit()), daemon=True)
+    thread.start()
     with contextlib.ExitStack() as demand:  # a's demand ends after b's run
         try:
             noticed_at, deadline = _reclaim_from_b(log, demand)
             _after_move(log, noticed_at, deadline)
         finally:
             flag.touch()
-            fit.join(120)
-    assert not fit.is_alive()
-    result = out["grid"][0]
+            thread.join(120)
+    assert not thread.is_alive()
+    return out["result"]
+
+
+def test_a_tune_trial_of_b_moves_off_a_reclaimed_unit_at_its_checkpoint(
+        cluster: Any, tmp_path: Path) -> None:
+    from ray_ladder.tune import rung_history
+
+    tuner, log, flag = team_tuner(LADDER, "b", tmp_path)
+    result = _reclaimed_while_running(tuner.fit, log, flag)[0]
     assert result.error is None
     spans = rung_history(result)
     assert [s.rung for s in spans][-2:] == ["h100", "a100"], (spans, [
@@ -159,18 +155,7 @@ def test_a_train_run_of_b_moves_off_a_reclaimed_unit_at_its_checkpoint(
         cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")  # the controller's poll
     trainer, log, flag = team_trainer(LADDER, "b", tmp_path)
-    out: dict = {}
-    fit = threading.Thread(target=lambda: out.update(result=trainer.fit()), daemon=True)
-    fit.start()
-    with contextlib.ExitStack() as demand:  # a's demand ends after b's run
-        try:
-            noticed_at, deadline = _reclaim_from_b(log, demand)
-            _after_move(log, noticed_at, deadline)
-        finally:
-            flag.touch()
-            fit.join(120)
-    assert not fit.is_alive()
-    result = out["result"]
+    result = _reclaimed_while_running(trainer.fit, log, flag)
     assert result.error is None
     assert result.ladder.path[-2:] == ["h100", "a100"]
     event = result.ladder.events[-1]
