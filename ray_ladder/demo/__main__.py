@@ -46,8 +46,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     "ladder of n-gram models while the h100 node is preempted mid-generation "
                     "and returns. digits: digit classifiers behind h100 -> a100 -> cpu -> "
                     "cache -> shed through two preemptions and a return. teams: team b "
-                    "borrows team a's idle h100 units, a's load arrives, b gets a reclaim "
-                    "notice and moves down its ladder, a is served from h100. vllm: the llm "
+                    "borrows team a's idle h100 units, a's load arrives in two steps, b "
+                    "gets a notice at each and moves one part down its ladder, a is served "
+                    "from h100. vllm: the llm "
                     "story on real vLLM engines (tiny models made here; make engine first).")
     p.add_argument("--story", choices=STORIES, default="llm", help="which story (default: llm)")
     p.add_argument("--ladder", type=Path, default=None,

@@ -3,9 +3,10 @@ without it (plain Ray: first come, first served). The demo and ``bench/teams.py`
 
 Team ``a`` owns both h100 units (its quota) and is idle at first; team ``b`` owns none.
 b's Serve app and its ``@ladder_task`` calls borrow a's idle units; then a's load arrives
-(its Serve app and its tasks). With the arbiter, b gets a reclaim notice, moves down its
-ladder (to ``l4``) and a is served from h100 after b's grace; without it, b keeps the
-units while it has work.
+in two steps: its Serve app (one unit), then its tasks (the second). With the arbiter,
+each step sends b a notice on one unit, which b's team ledger puts on its most recently
+placed part (its tasks, then its app): that part moves down its ladder (to ``l4``) and a
+is served from h100 after b's grace; without it, b keeps the units while it has work.
 """
 
 from __future__ import annotations
