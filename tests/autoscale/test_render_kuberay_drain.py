@@ -130,10 +130,12 @@ def test_sigterm_to_the_rendered_worker_container_is_a_notice_with_a_deadline():
             assert view.obtainable()["kube"]
             sent = time.time()
             _kubelet_deletes(group, pid1)
-            deadline = wait_until(lambda: ray_private.draining_nodes().get(node_id), 5, 0.02,
-                                  "the SIGTERMed node in the GCS's draining table")
-            assert abs(deadline - (sent + DRAIN_S)) < 2.0
-            going = wait_until(lambda: view.snapshot().going_away.get("kube"), 5, 0.05,
+            deadline = wait_until(lambda: ray_private.draining_nodes().get(node_id), DRAIN_S,
+                                  0.02, "the SIGTERMed node in the GCS's draining table")
+            # DRAIN_S from when `ray start` handled the SIGTERM: after it was sent, before
+            # the table showed it (how soon a busy machine runs the handler is Ray's speed)
+            assert sent + DRAIN_S - 0.5 <= deadline <= time.time() + DRAIN_S + 0.5
+            going = wait_until(lambda: view.snapshot().going_away.get("kube"), 30, 0.05,
                                "the ladder's capacity view sees kube going away")
             assert abs(going - deadline) < 0.5 and not view.obtainable()["kube"]
             proc.wait(timeout=DRAIN_S + 30)  # gone within the rendered grace period

@@ -276,14 +276,18 @@ def test_sigterm_to_a_ray_start_node_is_a_notice(healthy):
         def notice():
             node.sigterm()
             seen.update(wait_until(lambda: {k: v for k, v in ray_private.draining_nodes()
-                                            .items() if k == node.node_id}, 5, 0.02,
+                                            .items() if k == node.node_id}, DEADLINE_S, 0.02,
                                    "the SIGTERMed node in the GCS's draining table"))
+            seen["registered"] = time.time()
 
         run = _serve_through_notice(app, notice, node.kill)
     finally:
         node.kill()
     deadline = seen[node.node_id]
-    assert deadline is not None and abs(deadline - (run["wall0"] + DEADLINE_S)) < 2.0
+    # DEADLINE_S from when `ray start` handled the SIGTERM: after it was sent, before the
+    # table showed it (how soon a busy machine runs the handler is Ray's speed)
+    assert deadline is not None
+    assert run["wall0"] + DEADLINE_S - 0.5 <= deadline <= seen["registered"] + DEADLINE_S + 0.5
     _assert_no_cost(app, run)
 
 
