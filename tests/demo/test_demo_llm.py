@@ -142,7 +142,10 @@ def test_chat_load_logs_every_stream_token_and_end_and_stays_in_its_duration():
     log = StreamLog(load.records())
     views = list(log.streams.values())
     assert len(views) >= 3 and not log.open()
-    assert all(v.opened < 0.3 + 0.05 for v in views)  # nothing sent past the duration
+    # nothing sent past the duration (a client checks the clock, then opens: on a busy
+    # machine its thread may wait a while between the two; a generator that ignored its
+    # duration would go on sending for the 20 s the test waits)
+    assert all(v.opened < 0.3 + 1.0 for v in views), [v.opened for v in views]
     for v in views:
         if v.stream % 4 == 3:
             assert v.shed and not v.broken and not v.tokens
