@@ -47,9 +47,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     "and returns. digits: digit classifiers behind h100 -> a100 -> cpu -> "
                     "cache -> shed through two preemptions and a return. teams: team b "
                     "borrows team a's idle h100 units, a's load arrives in two steps, b "
-                    "gets a notice at each and moves one part down its ladder, a is served "
-                    "from h100. vllm: the llm "
-                    "story on real vLLM engines (tiny models made here; make engine first).")
+                    "moves one part down its ladder at each notice, a is served from h100. "
+                    "vllm: the llm story on real vLLM engines (make engine first).")
     p.add_argument("--story", choices=STORIES, default="llm", help="which story (default: llm)")
     p.add_argument("--ladder", type=Path, default=None,
                    help=f"ladder YAML (default: the shipped {LLM_LADDER.name} for llm, "

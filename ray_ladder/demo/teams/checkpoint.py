@@ -11,6 +11,7 @@ function; ``resumed_from``: the checkpoint's step it started from).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 import threading
@@ -117,9 +118,9 @@ def run_trial(folder: Path, timeout_s: float = 120.0) -> dict[str, Any]:
     reclaim a's units under it, stop once it stepped on l4; its figures."""
     from ray import tune
 
-    from ray_ladder.cluster.grants import report_demand
     from ray_ladder.demo.teams.script import _clean_up
     from ray_ladder.fleet import start_arbiter
+    from ray_ladder.testing.demand import steady_demand
     from ray_ladder.tune import Tuner, with_ladder
 
     log, flag = folder / "steps.jsonl", folder / "stop"
@@ -132,19 +133,23 @@ def run_trial(folder: Path, timeout_s: float = 120.0) -> dict[str, Any]:
     fit = threading.Thread(target=tuner.fit, daemon=True)
     fit.start()
     try:
-        _wait(lambda: sum(e["rung"] == SHARED for e in read_steps(log)) >= 5, timeout_s,
-              "b's trial to step on a's idle h100")
-        report_demand("a", "bench-a", {SHARED: H100_UNITS})
-        noticed_at = time.time()
-        _wait(lambda: _entry_h100("b").get("noticed", 0) >= 1, timeout_s, "a notice to b")
-        deadline = float(_entry_h100("b").get("deadline") or 0.0)
-        first = _wait(lambda: next((e for e in read_steps(log) if e["rung"] == LOWER["b"]
-                                    and e["time"] > noticed_at), None),
-                      timeout_s, "b's trial to resume on l4")
+        with contextlib.ExitStack() as demand:  # a's demand stands until b's trial ended
+            try:
+                _wait(lambda: sum(e["rung"] == SHARED for e in read_steps(log)) >= 5,
+                      timeout_s, "b's trial to step on a's idle h100")
+                demand.enter_context(steady_demand("a", "bench-a", {SHARED: H100_UNITS}))
+                noticed_at = time.time()
+                _wait(lambda: _entry_h100("b").get("noticed", 0) >= 1, timeout_s,
+                      "a notice to b")
+                deadline = float(_entry_h100("b").get("deadline") or 0.0)
+                first = _wait(lambda: next((e for e in read_steps(log)
+                                            if e["rung"] == LOWER["b"]
+                                            and e["time"] > noticed_at), None),
+                              timeout_s, "b's trial to resume on l4")
+            finally:
+                flag.touch()
+                fit.join(120)
     finally:
-        flag.touch()
-        fit.join(120)
-        report_demand("a", "bench-a", {})
         _clean_up(arbiter)
     entries = read_steps(log)
     last = max(e["time"] for e in entries if e["rung"] == SHARED)
